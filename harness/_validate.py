@@ -1,0 +1,103 @@
+"""Input checks done once, at the public boundary of every kernel.
+
+Each check names the argument, what was expected and what came, so that no
+Numba typing traceback ever reaches a user. The compiled kernels behind the
+public functions check nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def as_float_array(name, x, ndims, dtype=None):
+    """Return ``x`` as a C-contiguous float32/float64 array with an allowed ndim.
+
+    ``ndims`` is an int or a tuple of allowed ndims. When ``dtype`` is given the
+    array must already have it (mixed dtypes are an error, never a silent cast).
+    A non-contiguous input is copied, never written to.
+    """
+    if isinstance(ndims, int):
+        ndims = (ndims,)
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, (list, tuple)) or np.isscalar(x):
+            x = np.asarray(x)
+        else:
+            raise TypeError(
+                f"{name} must be a NumPy array of float32 or float64, "
+                f"got {type(x).__name__}. Please pass np.asarray({name}, dtype=np.float64)."
+            )
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must have dtype float32 or float64, got {x.dtype}. "
+            f"Please change your input dtype with {name}.astype(np.float64)."
+        )
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the other inputs are {dtype}; "
+            f"mixed dtypes are not accepted. Please pass {name}.astype(np.{dtype})."
+        )
+    if x.ndim not in ndims:
+        want = " or ".join(f"{n}-D" for n in ndims)
+        raise ValueError(f"{name} must be {want}, got {x.ndim}-D with shape {x.shape}.")
+    for axis, n in enumerate(x.shape):
+        if n == 0:
+            raise ValueError(f"{name} has a zero-length axis {axis} (shape {x.shape}); "
+                             f"T and every width must be at least 1.")
+    if not np.isfinite(x).all():
+        bad = int(x.size - np.count_nonzero(np.isfinite(x)))
+        raise ValueError(f"{name} holds {bad} NaN or inf value(s); every input must be finite.")
+    return np.ascontiguousarray(x)
+
+
+def common_dtype(name, x):
+    """The dtype that every other input must share: the dtype of ``x``."""
+    x = np.asarray(x) if not isinstance(x, np.ndarray) else x
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must have dtype float32 or float64, got {x.dtype}. "
+            f"Please change your input dtype with {name}.astype(np.float64)."
+        )
+    return x.dtype
+
+
+def check_shape(name, x, expected):
+    """``expected`` is a tuple of ints; the message shows both shapes."""
+    if tuple(x.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape {tuple(expected)}, got {tuple(x.shape)}.")
+
+
+def check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)!r}, got {value!r}.")
+    return value
+
+
+def available_memory_bytes():
+    """Memory the kernels may allocate: MemAvailable from /proc/meminfo, else physical."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 2**63 - 1
+
+
+def check_memory(nbytes, what):
+    """Raise MemoryError before allocating ``nbytes`` that do not fit."""
+    avail = available_memory_bytes()
+    if nbytes > avail:
+        raise MemoryError(
+            f"{what} needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) but only "
+            f"{avail:,} bytes ({avail / 2**30:.2f} GiB) are available; "
+            f"use a shorter sequence or a smaller batch."
+        )

@@ -1,0 +1,67 @@
+"""The ``harness`` command: one subcommand per analyser.
+
+Each subcommand lives in its own module, which provides ``HELP`` (one line),
+``DESCRIPTION`` (with an example), ``add_arguments(parser)`` and
+``run(args) -> int``. Bad arguments print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness._io import UsageError
+
+# subcommand -> module that implements it
+COMMANDS = {
+    "decay": "harness.gradpath",
+    "depth": "harness.depth",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (prog: error: ...) and exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser():
+    parser = _Parser(
+        prog="harness",
+        description=(
+            "Recurrence versus attention, measured: sequential depth, work and "
+            "gradient paths on real Numba kernels.\n\n"
+            "example:\n  harness report --quick --out reports/first"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, modname in COMMANDS.items():
+        mod = importlib.import_module(modname)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_run", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except UsageError as e:
+        print(f"harness {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"harness {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Plain NumPy forwards of the lessons' models, written as the lessons write them.
+
+These are the models at their most obvious: the RNN as a step loop after one
+input product, attention as matrix products and a row softmax. They serve three
+purposes:
+
+* the NumPy peer that the compiled kernels are timed against (``harness compare``);
+* the computation that ``harness.depth`` traces into a dependency graph, which is
+  why they use only ``@``, ``+``, ``-``, ``*``, ``/``, ``np.tanh``, ``np.exp``,
+  ``max``/``sum`` over the last axis, indexing and ``np.stack``;
+* a second, independent implementation for the kernel tests (the tests also have
+  loop-level twins in ``tests/naive.py``).
+
+Shapes follow the lessons: X is (T, d_in) or (B, T, d_in); W_xh is (d_h, d_in)
+and W_hh is (d_h, d_h) (column-vector convention); Wq, Wk are (d_model, d_k) and
+Wv is (d_model, d_v) (row-stacked convention of the self-attention lesson).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def rnn_forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
+    """h_t = phi(W_hh h_{t-1} + W_xh x_t + b); returns every state h_1..h_T."""
+    T = X.shape[-2]
+    XW = X @ W_xh.T                          # (..., T, d_h): the half that parallelises
+    if b is not None:
+        XW = XW + b
+    h = h0 if h0 is not None else np.zeros(X.shape[:-2] + (W_hh.shape[0],), dtype=X.dtype)
+    states = []
+    for t in range(T):                       # the half that does not: h_t needs h_{t-1}
+        a = h @ W_hh.T + XW[..., t, :]       # (..., d_h)
+        h = np.tanh(a) if activation == "tanh" else a
+        states.append(h)
+    return np.stack(states, axis=-2)         # (..., T, d_h)
+
+
+def softmax_rows(E):
+    """Row softmax, shifted by the row maximum (which changes nothing but overflow)."""
+    Z = np.exp(E - E.max(axis=-1, keepdims=True))
+    return Z / Z.sum(axis=-1, keepdims=True)
+
+
+def attention_forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False):
+    """Single-head self-attention; Wq = Wk = Wv = None means Q = K = V = X."""
+    if Wq is None:
+        Q = K = V = X
+    else:
+        Q, K, V = X @ Wq, X @ Wk, X @ Wv     # (..., T, d_k), (..., T, d_k), (..., T, d_v)
+    E = Q @ np.swapaxes(K, -1, -2)           # (..., T, T): every pair at once
+    if scale:
+        E = E / math.sqrt(Q.shape[-1])
+    if causal:
+        T = X.shape[-2]
+        E = np.where(np.tril(np.ones((T, T), dtype=bool)), E, -np.inf)
+    A = softmax_rows(E)
+    return A @ V, A
+
+
+def additive_scores(S, H, Wsa, Wha, va, nonlinearity="tanh"):
+    """e_ij = va . tanh(Wsa s_i + Wha h_j), as the additive-attention lesson computes it."""
+    P = (S @ Wsa.T)[:, None, :] + (H @ Wha.T)[None, :, :]   # (T_y, T_x, d_a)
+    return (np.tanh(P) if nonlinearity == "tanh" else P) @ va
+
+
+def alignment(S, H, Wsa, Wha, va, nonlinearity="tanh"):
+    return softmax_rows(additive_scores(S, H, Wsa, Wha, va, nonlinearity))

@@ -1,0 +1,220 @@
+"""The vanilla RNN of the lessons, forward and full BPTT, compiled with Numba.
+
+    h_t = phi(W_hh h_{t-1} + W_xh x_t + b),    phi = tanh or the identity
+
+The input products W_xh x_t for every t are one matrix product before the loop:
+that is the half that parallelises. Only the recurrence is a loop, one BLAS
+matrix-vector (or, batched, matrix-matrix) product per step into a preallocated
+buffer, followed by a vectorised tanh (see ``_vmath``). Nothing is allocated per
+step.
+
+Internally states are stored time-major, (T, B, d_h), so that the slice a step
+reads and the one it writes are contiguous. The public functions accept
+(T, d_in) or (B, T, d_in) and return the same leading shape.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from harness import _validate as v
+from harness._vmath import tanh_inplace
+
+ACTIVATIONS = ("tanh", "identity")
+
+
+# --------------------------------------------------------------------------- forward
+
+@njit(cache=True, error_model="numpy")
+def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
+    # X (T, d_in), W_xh (d_h, d_in), W_hh (d_h, d_h), b (d_h,), h0 (d_h,) -> H (T, d_h)
+    T, d_h = H.shape
+    np.dot(X, W_xh.T, H)                 # H[t] = W_xh x_t for every t: one GEMM
+    for i in range(d_h):
+        for t in range(T):
+            H[t, i] += b[i]
+    scratch = np.empty(d_h, dtype=np.int64)
+    a = np.empty(d_h, dtype=H.dtype)
+    h_prev = h0
+    for t in range(T):
+        np.dot(W_hh, h_prev, a)          # a = W_hh h_{t-1}: the step that must wait
+        h = H[t]
+        for i in range(d_h):
+            h[i] += a[i]
+        if use_tanh:
+            tanh_inplace(h, scratch)
+        h_prev = h
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_batch(X, W_xh, W_hh, b, h0, use_tanh, H):
+    # X (T, B, d_in) time-major, h0 (B, d_h) -> H (T, B, d_h)
+    T, B, d_h = H.shape
+    d_in = X.shape[2]
+    np.dot(X.reshape(T * B, d_in), W_xh.T, H.reshape(T * B, d_h))
+    Hf = H.reshape(T * B, d_h)
+    for r in range(T * B):
+        for i in range(d_h):
+            Hf[r, i] += b[i]
+    scratch = np.empty(B * d_h, dtype=np.int64)
+    a = np.empty((B, d_h), dtype=H.dtype)
+    W_hhT = W_hh.T
+    h_prev = h0
+    for t in range(T):
+        np.dot(h_prev, W_hhT, a)         # rows are batch items: (B, d_h) @ (d_h, d_h)
+        h = H[t]
+        for r in range(B):
+            for i in range(d_h):
+                h[r, i] += a[r, i]
+        if use_tanh:
+            tanh_inplace(h.reshape(B * d_h), scratch)
+        h_prev = h
+
+
+# -------------------------------------------------------------------------- backward
+
+@njit(cache=True, error_model="numpy")
+def _backward_vec(H, W_hh, dH, use_tanh, dA):
+    # H, dH (T, d_h) -> dA (T, d_h), dA[t] = dl/da_t; returns dl/dh0.
+    # Reverses: h_t = phi(a_t), a_t = W_hh h_{t-1} + W_xh x_t + b
+    T, d_h = H.shape
+    carry = np.zeros(d_h, dtype=H.dtype)     # W_hh^T da_{t+1}: what h_t passes back
+    for t in range(T - 1, -1, -1):
+        da = dA[t]
+        h = H[t]
+        if use_tanh:
+            for i in range(d_h):
+                da[i] = (dH[t, i] + carry[i]) * (1.0 - h[i] * h[i])   # tanh' = 1 - h^2
+        else:
+            for i in range(d_h):
+                da[i] = dH[t, i] + carry[i]
+        np.dot(da, W_hh, carry)                # carry = W_hh^T da_t
+    return carry
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_batch(H, W_hh, dH, use_tanh, dA):
+    # H, dH (T, B, d_h) time-major -> dA (T, B, d_h); returns dl/dh0 (B, d_h)
+    T, B, d_h = H.shape
+    carry = np.zeros((B, d_h), dtype=H.dtype)
+    for t in range(T - 1, -1, -1):
+        da = dA[t]
+        h = H[t]
+        if use_tanh:
+            for r in range(B):
+                for i in range(d_h):
+                    da[r, i] = (dH[t, r, i] + carry[r, i]) * (1.0 - h[r, i] * h[r, i])
+        else:
+            for r in range(B):
+                for i in range(d_h):
+                    da[r, i] = dH[t, r, i] + carry[r, i]
+        np.dot(da, W_hh, carry)                # rows: (W_hh^T da_t)^T = da_t^T W_hh
+    return carry
+
+
+# ---------------------------------------------------------------------------- public
+
+class RNNGrads(NamedTuple):
+    dX: np.ndarray      # like X
+    dW_xh: np.ndarray   # (d_h, d_in)
+    dW_hh: np.ndarray   # (d_h, d_h)
+    db: np.ndarray      # (d_h,)
+    dh0: np.ndarray     # like h0: (d_h,) unbatched, (B, d_h) batched
+
+
+def _check(X, W_xh, W_hh, b, h0, activation):
+    v.check_choice("activation", activation, ACTIVATIONS)
+    dtype = v.common_dtype("X", X)
+    X = v.as_float_array("X", X, (2, 3))
+    batched = X.ndim == 3
+    B = X.shape[0] if batched else 1
+    T, d_in = X.shape[-2:]
+    W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
+    d_h = W_hh.shape[0]
+    v.check_shape("W_hh", W_hh, (d_h, d_h))
+    W_xh = v.as_float_array("W_xh", W_xh, 2, dtype)
+    v.check_shape("W_xh", W_xh, (d_h, d_in))
+    if b is None:
+        b = np.zeros(d_h, dtype=dtype)
+    else:
+        b = v.as_float_array("b", b, 1, dtype)
+        v.check_shape("b", b, (d_h,))
+    if h0 is None:
+        h0 = np.zeros((B, d_h) if batched else d_h, dtype=dtype)
+    else:
+        h0 = v.as_float_array("h0", h0, (1, 2) if batched else 1, dtype)
+        if h0.ndim == 1:
+            v.check_shape("h0", h0, (d_h,))
+            if batched:
+                h0 = np.ascontiguousarray(np.broadcast_to(h0, (B, d_h)))
+        else:
+            v.check_shape("h0", h0, (B, d_h))
+    v.check_memory(2 * T * B * (d_h + d_in) * X.itemsize, "the RNN's state and input buffers")
+    return X, W_xh, W_hh, b, h0, batched
+
+
+def _time_major(X):
+    return np.ascontiguousarray(X.transpose(1, 0, 2))
+
+
+def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
+    """Run the RNN over every position and return every state h_1..h_T.
+
+    X is (T, d_in) or (B, T, d_in); W_xh (d_h, d_in); W_hh (d_h, d_h); b (d_h,);
+    h0 (d_h,) or (B, d_h), zeros when not given. Returns H, (T, d_h) or (B, T, d_h),
+    in X's dtype.
+    """
+    X, W_xh, W_hh, b, h0, batched = _check(X, W_xh, W_hh, b, h0, activation)
+    use_tanh = activation == "tanh"
+    d_h = W_hh.shape[0]
+    if not batched:
+        H = np.empty((X.shape[0], d_h), dtype=X.dtype)
+        _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H)
+        return H
+    B, T, _ = X.shape
+    H = np.empty((T, B, d_h), dtype=X.dtype)
+    _forward_batch(_time_major(X), W_xh, W_hh, b, h0, use_tanh, H)
+    return H.transpose(1, 0, 2).copy()
+
+
+def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
+    """Full backpropagation through time from an upstream gradient dH (shaped like H).
+
+    H must be the states that ``forward`` returned for these inputs. Returns an
+    ``RNNGrads`` with dX, dW_xh, dW_hh, db and dh0.
+    """
+    shared_h0 = h0 is not None and np.ndim(h0) == 1 and np.ndim(X) == 3
+    X, W_xh, W_hh, _, h0, batched = _check(X, W_xh, W_hh, None, h0, activation)
+    dtype = X.dtype
+    d_h = W_hh.shape[0]
+    H = v.as_float_array("H", H, X.ndim, dtype)
+    v.check_shape("H", H, X.shape[:-1] + (d_h,))
+    dH = v.as_float_array("dH", dH, X.ndim, dtype)
+    v.check_shape("dH", dH, H.shape)
+    use_tanh = activation == "tanh"
+    if not batched:
+        dA = np.empty_like(H)
+        dh0 = _backward_vec(H, W_hh, dH, use_tanh, dA)
+        H_prev = np.concatenate([h0[None, :], H[:-1]])        # (T, d_h): h_0..h_{T-1}
+        X2, dA2, Hp2 = X, dA, H_prev
+    else:
+        Ht, dHt = _time_major(H), _time_major(dH)
+        dA = np.empty_like(Ht)                                 # (T, B, d_h)
+        dh0 = _backward_batch(Ht, W_hh, dHt, use_tanh, dA)
+        H_prev = np.concatenate([h0[None], Ht[:-1]])          # (T, B, d_h)
+        T, B = dA.shape[:2]
+        X2 = _time_major(X).reshape(T * B, -1)
+        dA2, Hp2 = dA.reshape(T * B, d_h), H_prev.reshape(T * B, d_h)
+    # the parameter gradients are sums over steps: one GEMM each, after the loop
+    dW_hh = dA2.T @ Hp2
+    dW_xh = dA2.T @ X2
+    db = dA2.sum(axis=0)
+    dX = dA2 @ W_xh
+    if batched:
+        dX = dX.reshape(dA.shape[0], dA.shape[1], -1).transpose(1, 0, 2).copy()
+        if shared_h0:                 # one h0 broadcast over the batch: its gradient sums
+            dh0 = dh0.sum(axis=0)
+    return RNNGrads(dX, dW_xh, dW_hh, db, dh0)
