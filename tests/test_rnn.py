@@ -1,0 +1,144 @@
+"""harness.rnn against its loop twin in tests/naive.py and against finite differences.
+
+Tolerances (stated once): the naive twin runs in float64 on the same (possibly
+float32) inputs. float64 kernels agree with it to 1e-12 relative; float32
+kernels to 2e-5 (tanh) / 5e-5 (identity, whose states are not squashed into
+[-1, 1]) relative to the largest entry. Gradients agree with central finite
+differences, in float64, to a relative error of 1e-6.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import naive
+from harness import rnn
+
+T, D_IN, D_H, B = 5, 3, 4, 2
+FD_TOL = 1e-6
+
+
+def close(got, want, dtype, activation="tanh"):
+    """Compare an array from the kernel with the float64 twin at the stated tolerance."""
+    assert got.dtype == np.dtype(dtype)
+    if dtype == np.float64:
+        tol = 1e-12
+    else:
+        tol = 2e-5 if activation == "tanh" else 5e-5
+    err = naive.rel_err(got, want)
+    assert err <= tol, f"relative error {err:.2e} > {tol:.0e}"
+
+
+def make(seed, dtype=np.float64, batched=False, with_b=True, h0="none", t=T):
+    """Random inputs of a stable RNN; h0 is 'none', 'full' ((B, d_h) or (d_h,)) or 'shared' ((d_h,) over a batch)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(B, t, D_IN) if batched else (t, D_IN))
+    W_xh = rng.normal(size=(D_H, D_IN)) * 0.6
+    W_hh = rng.normal(size=(D_H, D_H)) * 0.9 / np.sqrt(D_H)
+    b = rng.normal(size=D_H) * 0.3 if with_b else None
+    if h0 == "none":
+        h = None
+    elif h0 == "full":
+        h = rng.normal(size=(B, D_H) if batched else D_H) * 0.5
+    else:
+        h = rng.normal(size=D_H) * 0.5
+    cast = lambda a: None if a is None else a.astype(dtype)   # noqa: E731
+    return cast(X), cast(W_xh), cast(W_hh), cast(b), cast(h)
+
+
+CASES = [
+    (batched, with_b, h0)
+    for batched in (False, True)
+    for with_b in (False, True)
+    for h0 in (("none", "full", "shared") if batched else ("none", "full"))
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("activation", ["tanh", "identity"])
+@pytest.mark.parametrize("batched,with_b,h0", CASES)
+def test_forward_matches_naive(dtype, activation, batched, with_b, h0):
+    X, W_xh, W_hh, b, h = make(1, dtype, batched, with_b, h0)
+    H = rnn.forward(X, W_xh, W_hh, b, h, activation)
+    assert H.shape == X.shape[:-1] + (D_H,)
+    close(H, naive.rnn_forward(X, W_xh, W_hh, b, h, activation), dtype, activation)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("activation", ["tanh", "identity"])
+@pytest.mark.parametrize("batched,with_b,h0", CASES)
+def test_backward_matches_naive(dtype, activation, batched, with_b, h0):
+    X, W_xh, W_hh, b, h = make(2, dtype, batched, with_b, h0)
+    H = rnn.forward(X, W_xh, W_hh, b, h, activation)
+    dH = np.random.default_rng(3).normal(size=H.shape).astype(dtype)
+    got = rnn.backward(X, H, W_xh, W_hh, dH, h, activation)
+    want = naive.rnn_backward(X, H, W_xh, W_hh, dH, h, activation)
+    for name, g, w in zip(rnn.RNNGrads._fields, got, want):
+        assert g.shape == w.shape, name
+        close(g, w, dtype, activation)
+    if h is not None:
+        assert got.dh0.shape == h.shape
+    else:
+        assert got.dh0.shape == ((B, D_H) if batched else (D_H,))
+
+
+@pytest.mark.parametrize("activation", ["tanh", "identity"])
+@pytest.mark.parametrize("batched,h0", [(False, "none"), (False, "full"),
+                                        (True, "none"), (True, "full"), (True, "shared")])
+def test_gradients_match_finite_differences(activation, batched, h0):
+    X, W_xh, W_hh, b, h = make(4, np.float64, batched, True, h0)
+    if h is None:
+        h = np.zeros((B, D_H) if batched else D_H)   # so that dh0 can be checked too
+    G = np.random.default_rng(5).normal(size=X.shape[:-1] + (D_H,))
+
+    def loss():
+        return float((G * rnn.forward(X, W_xh, W_hh, b, h, activation)).sum())
+
+    H = rnn.forward(X, W_xh, W_hh, b, h, activation)
+    got = rnn.backward(X, H, W_xh, W_hh, G, h, activation)
+    for name, arg in zip(rnn.RNNGrads._fields, (X, W_xh, W_hh, b, h)):
+        err = naive.rel_err(getattr(got, name), naive.numeric_grad(loss, arg))
+        assert err <= FD_TOL, f"{name}: relative error {err:.2e}"
+
+
+def test_gradient_without_h0_matches_zero_h0():
+    # h0=None must mean zeros, in the backward as in the forward.
+    X, W_xh, W_hh, b, _ = make(6, np.float64, True)
+    H = rnn.forward(X, W_xh, W_hh, b)
+    dH = np.random.default_rng(7).normal(size=H.shape)
+    a = rnn.backward(X, H, W_xh, W_hh, dH)
+    z = rnn.backward(X, H, W_xh, W_hh, dH, np.zeros((B, D_H)))
+    for g, w in zip(a, z):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "identity"])
+def test_batch_is_a_stack_of_sequences(activation):
+    X, W_xh, W_hh, b, h = make(8, np.float64, True, True, "full")
+    H = rnn.forward(X, W_xh, W_hh, b, h, activation)
+    for n in range(B):
+        np.testing.assert_allclose(H[n], rnn.forward(X[n], W_xh, W_hh, b, h[n], activation),
+                                   rtol=1e-13, atol=1e-14)
+
+
+def test_identity_rnn_is_linear_in_x():
+    # phi = identity, b = 0, h0 = 0: H is linear in X, so H(2X + X') = 2 H(X) + H(X').
+    X, W_xh, W_hh, _, _ = make(9, np.float64)
+    X2 = np.random.default_rng(10).normal(size=X.shape)
+    f = lambda x: rnn.forward(x, W_xh, W_hh, activation="identity")   # noqa: E731
+    np.testing.assert_allclose(f(2 * X + X2), 2 * f(X) + f(X2), rtol=1e-12, atol=1e-12)
+
+
+def test_parameter_count_does_not_depend_on_T():
+    # The same weights run on T = 3 and T = 9; their gradients have the weights' shapes.
+    _, W_xh, W_hh, b, _ = make(11)
+    sizes = set()
+    for t in (3, 9):
+        X = np.random.default_rng(t).normal(size=(t, D_IN))
+        H = rnn.forward(X, W_xh, W_hh, b)
+        assert H.shape == (t, D_H)
+        g = rnn.backward(X, H, W_xh, W_hh, np.ones_like(H))
+        assert (g.dW_xh.shape, g.dW_hh.shape, g.db.shape) == (W_xh.shape, W_hh.shape, b.shape)
+        sizes.add(g.dW_xh.size + g.dW_hh.size + g.db.size)
+    assert sizes == {D_H * D_IN + D_H * D_H + D_H}
