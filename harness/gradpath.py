@@ -27,17 +27,16 @@ rates per step in natural log (``fitted_rate`` against ``log(rho)``).
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 from numba import njit
 
-from harness import reference
+from harness import attention, rnn
 from harness._io import UsageError, atomic_write_csv, ensure_writable_dir
 from harness._validate import as_float_array, check_choice, check_memory
 
@@ -147,17 +146,6 @@ def _jacobian_products(W, S, m):
 # Building blocks
 # ---------------------------------------------------------------------------
 
-def _rnn_forward(X, W_xh, W_hh, activation):
-    """The real forward trajectory: the kernel of harness.rnn, else the NumPy reference."""
-    try:
-        from harness import rnn
-    except ModuleNotFoundError as e:          # only while the kernel module does not exist
-        if e.name != "harness.rnn":
-            raise
-        return reference.rnn_forward(X, W_xh, W_hh, activation=activation)
-    return rnn.forward(X, W_xh, W_hh, activation=activation)
-
-
 def _log_dphi(A, activation):
     """log phi'(a), exactly even where tanh has rounded to +-1 (so no log(0))."""
     if activation == "identity":
@@ -173,7 +161,7 @@ def _scaled_derivatives(X, W_xh, W_hh, activation):
     if activation == "identity":
         # the Jacobian is W_hh whatever the trajectory, and h_t itself may overflow for rho > 1
         return np.ones((T, d_h)), np.zeros(T)
-    H = _rnn_forward(X, W_xh, W_hh, activation)            # (T, d_h)
+    H = rnn.forward(X, W_xh, W_hh, activation=activation)  # (T, d_h): the real trajectory
     H_prev = np.vstack([np.zeros((1, d_h)), H[:-1]])       # (T, d_h): h_0 = 0
     A = H_prev @ W_hh.T + X @ W_xh.T                       # (T, d_h) pre-activations
     lg = _log_dphi(A, activation)
@@ -325,16 +313,6 @@ def rnn_decay(T=256, d=32, rho=0.9, weight="orthogonal", activation="tanh", inpu
 # Attention paths
 # ---------------------------------------------------------------------------
 
-def _attention_weights(X, Wq, Wk, Wv):
-    try:
-        from harness import attention
-    except ModuleNotFoundError as e:
-        if e.name != "harness.attention":
-            raise
-        return reference.attention_forward(X, Wq, Wk, Wv)[1]
-    return attention.forward(X, Wq, Wk, Wv, scale=True, causal=False)[1]
-
-
 def attention_path_jacobians(X, Wq, Wk, Wv):
     """dy_T/dx_j for j = 1..T-1 split into routes: (J_value, J_score), each (T-1, d_v, d_model).
 
@@ -356,7 +334,7 @@ def attention_path_jacobians(X, Wq, Wk, Wv):
         raise ValueError(f"Wq and Wk must have the same shape (d_model, d_k), got {Wq.shape} and {Wk.shape}.")
     X, Wq, Wk, Wv = (a.astype(np.float64) for a in (X, Wq, Wk, Wv))
     d_k = Wq.shape[1]
-    alpha = _attention_weights(X, Wq, Wk, Wv)[T - 1]      # (T,): the last row only matters
+    alpha = attention.forward(X, Wq, Wk, Wv)[1][T - 1]     # (T,): the last row only matters
     V = X @ Wv                                             # (T, d_v)
     y = alpha @ V                                          # (d_v,)
     g = (Wk @ (X[T - 1] @ Wq)) / math.sqrt(d_k)            # (d_model,): de_Tj/dx_j
@@ -425,7 +403,6 @@ def additive_routes(S, H, Wsa, Wha, va, dC, nonlinearity="tanh"):
     e_ij = va . tanh(Wsa s_i + Wha h_j). Frobenius norms over (T_x, d_h), from
     ``harness.attention.alignment_backward``.
     """
-    from harness import attention
     g = attention.alignment_backward(S, H, Wsa, Wha, va, dC, nonlinearity=nonlinearity)
     nv, ns = float(np.linalg.norm(g.dH_value)), float(np.linalg.norm(g.dH_score))
     return {"value_norm": nv, "score_norm": ns, "value_over_score": nv / ns if ns else math.inf}
@@ -521,8 +498,9 @@ def summarise(frame, fit_from=DEFAULT.fit_from):
         rate = _fit_rate(ln, fit_from)
         row = dict(zip(keys, key))
         row["fitted_rate"] = rate
+        row["sigma_max"] = float(g["sigma_max"].iloc[0])
         if row["model"] == "rnn":
-            bound = math.log(g["sigma_max"].iloc[0])
+            bound = math.log(row["sigma_max"])
             row["fitted_rate_probe"] = _fit_rate(g["log10_probe"].to_numpy() * LN10, fit_from)
             row["theory_rate"] = math.log(row["rho"]) if row["activation"] == "identity" else np.nan
             row["bound_rate"] = bound

@@ -1,0 +1,405 @@
+"""Tests of the gradient-path analyser (harness.gradpath, harness decay).
+
+Each compiled measure is compared with an obvious NumPy twin written below as
+loops (products of explicit Jacobians, BPTT step by step, the additive lesson's
+formulas), and with central finite differences in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import attention, cli, gradpath, reference, rnn
+
+
+# --------------------------------------------------------------------------- naive twins
+
+def naive_jacobian_products(X, W_xh, W_hh, activation):
+    """[dh_T/dh_{T-k} for k = 1..T-1] as explicit matrices, no rescaling (small T only)."""
+    H = reference.rnn_forward(X, W_xh, W_hh, activation=activation)
+    T, d = H.shape
+    out = []
+    P = np.eye(d)
+    for k in range(1, T):
+        t = T - k                                   # 0-based state whose Jacobian is appended
+        dphi = 1.0 - H[t] ** 2 if activation == "tanh" else np.ones(d)
+        P = P @ (np.diag(dphi) @ W_hh)              # J_t = diag(phi'(a_t)) W_hh
+        out.append(P.copy())
+    return out
+
+
+def rollout(h_start, X_rest, W_xh, W_hh, activation):
+    """h_T from a given state, by running the recurrence step by step."""
+    h = h_start
+    for x in X_rest:
+        a = W_hh @ h + W_xh @ x
+        h = np.tanh(a) if activation == "tanh" else a
+    return h
+
+
+def naive_bptt_dWxh(X, W_xh, W_hh, u, activation):
+    """dl/dW_xh for l = u.h_T, one step at a time; also each step's term."""
+    H = reference.rnn_forward(X, W_xh, W_hh, activation=activation)
+    T, d = H.shape
+    delta = u.copy()
+    terms = [None] * T
+    for t in range(T - 1, -1, -1):
+        dphi = 1.0 - H[t] ** 2 if activation == "tanh" else np.ones(d)
+        da = dphi * delta
+        terms[t] = np.outer(da, X[t])
+        delta = W_hh.T @ da
+    return sum(terms), terms
+
+
+def lesson_routes(S, H, Wsa, Wha, va, G):
+    """The additive lesson's second cell, verbatim in substance: (value, score) routes."""
+    def puntua(H):
+        P = (S @ Wsa.T)[:, None, :] + (H @ Wha.T)[None, :, :]
+        return np.tanh(P) @ va
+    alfa = reference.softmax_rows(puntua(H))
+    C = alfa @ H
+    valor = alfa.T @ G
+    dl_de = alfa * (G @ H.T - (G * C).sum(axis=1, keepdims=True))
+    P = (S @ Wsa.T)[:, None, :] + (H @ Wha.T)[None, :, :]
+    D = dl_de[:, :, None] * va * (1 - np.tanh(P) ** 2)
+    return valor, np.einsum("ijk,kl->jl", D, Wha)
+
+
+def small_rnn(T=7, d=4, rho=1.1, kind="gaussian", scale=1.0, seed=3):
+    W_hh = gradpath.recurrent_matrix(d, rho, kind, seed)
+    rng = np.random.default_rng(seed + 100)
+    W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
+    X = rng.normal(size=(T, d)) * scale
+    u = rng.normal(size=d)
+    return X, W_xh, W_hh, u / np.linalg.norm(u)
+
+
+# --------------------------------------------------------------------------- W_hh
+
+@pytest.mark.parametrize("kind", ["orthogonal", "gaussian"])
+@pytest.mark.parametrize("rho", [0.5, 0.9, 1.0, 1.5])
+def test_recurrent_matrix_has_the_requested_spectral_radius(kind, rho):
+    W = gradpath.recurrent_matrix(24, rho, kind, seed=5)
+    assert abs(np.abs(np.linalg.eigvals(W)).max() - rho) < 1e-12
+    sigma = np.linalg.norm(W, 2)
+    if kind == "orthogonal":                       # normal: sigma_max = rho
+        assert abs(sigma - rho) < 1e-12
+    else:                                          # non-normal: sigma_max well above rho
+        assert sigma > 1.5 * rho
+
+
+def test_recurrent_matrix_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="rho"):
+        gradpath.recurrent_matrix(4, 0.0)
+    with pytest.raises(ValueError, match="kind"):
+        gradpath.recurrent_matrix(4, 0.9, "unitary")
+    with pytest.raises(ValueError, match="d must"):
+        gradpath.recurrent_matrix(0, 0.9)
+
+
+# --------------------------------------------------------------------------- RNN decay
+
+@pytest.mark.parametrize("rho", [0.5, 0.9, 1.0, 1.1, 1.5])
+def test_linear_orthogonal_decays_exactly_as_rho_to_the_k(rho):
+    df = gradpath.rnn_decay(T=300, d=16, rho=rho, weight="orthogonal", activation="identity",
+                            measure="both")
+    k = df["distance"].to_numpy()
+    np.testing.assert_array_equal(k, np.arange(1, 300))
+    expected = k * math.log10(rho)
+    assert np.abs(df["log10_spectral"] - expected).max() < 1e-9
+    assert np.abs(df["log10_probe"] - expected).max() < 1e-9
+
+
+def test_T20000_rho09_is_finite_and_correct():
+    df = gradpath.rnn_decay(T=20000, d=8, rho=0.9, weight="orthogonal", activation="identity",
+                            measure="probe")
+    far = df["log10_norm"].iloc[-1]
+    assert np.isfinite(df["log10_norm"]).all()
+    assert abs(far - 19999 * math.log10(0.9)) < 1e-9       # about -915.1, i.e. 1e-915
+    assert -916 < far < -915
+    # and the exact product over the same 20000 steps, at a width it affords
+    ex = gradpath.rnn_decay(T=20000, d=4, rho=0.9, weight="orthogonal", activation="identity",
+                            measure="exact")
+    assert abs(ex["log10_spectral"].iloc[-1] - 19999 * math.log10(0.9)) < 1e-9
+
+
+def test_explosion_is_reported_as_a_log_norm_not_inf():
+    df = gradpath.rnn_decay(T=20000, d=8, rho=1.5, weight="gaussian", activation="identity",
+                            measure="probe")
+    assert np.isfinite(df["log10_norm"]).all()
+    # a non-normal W_hh reaches rho^k up to a bounded transient factor
+    excess = df["log10_norm"] - df["log10_linear"]
+    assert df["log10_norm"].iloc[-1] > 3500 and abs(excess.iloc[-1]) < 3
+
+
+def test_saturated_tanh_stays_finite():
+    # input_scale 100 drives tanh to exactly +-1 in float64; 1 - h^2 would be 0 there
+    df = gradpath.rnn_decay(T=400, d=8, rho=0.9, weight="gaussian", activation="tanh",
+                            input_scale=100.0)
+    assert np.isfinite(df["log10_norm"]).all() and np.isfinite(df["log10_probe"]).all()
+    assert df["log10_norm"].iloc[-1] < -1000              # saturation only adds to vanishing
+
+
+@pytest.mark.parametrize("activation,kind,scale", [("tanh", "gaussian", 1.0), ("tanh", "orthogonal", 3.0),
+                                                    ("identity", "gaussian", 1.0)])
+def test_both_measures_match_the_explicit_jacobian_product(activation, kind, scale):
+    X, W_xh, W_hh, u = small_rnn(T=12, d=5, kind=kind, scale=scale)
+    r = gradpath.rnn_gradient_norms(X, W_xh, W_hh, activation, "both", probe=u)
+    Ps = naive_jacobian_products(X, W_xh, W_hh, activation)
+    spectral = np.log([np.linalg.norm(P, 2) for P in Ps])
+    probe = np.log([np.linalg.norm(u @ P) for P in Ps])
+    np.testing.assert_allclose(r["ln_spectral"], spectral, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(r["ln_probe"], probe, rtol=0, atol=1e-9)
+
+
+def test_the_two_measures_agree_where_both_apply():
+    # tanh, non-normal, moderate d: the probe loss back-propagated in O(T d^2) is the
+    # product's u^T P_k, never above the spectral norm, and decays at the same rate
+    X, W_xh, W_hh, u = small_rnn(T=400, d=24, rho=1.1, kind="gaussian", scale=1.5, seed=7)
+    r = gradpath.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "both", probe=u)
+    np.testing.assert_allclose(r["ln_probe"], r["ln_probe_from_product"], rtol=0, atol=1e-8)
+    assert (r["ln_probe"] <= r["ln_spectral"] + 1e-9).all()
+    rate_p = gradpath._fit_rate(r["ln_probe"], 0.5)
+    rate_s = gradpath._fit_rate(r["ln_spectral"], 0.5)
+    assert rate_s < -0.05                                  # it does decay
+    assert abs(rate_p - rate_s) < 0.01 * abs(rate_s)
+
+
+def test_against_finite_difference_jacobian():
+    T, d = 6, 3
+    X, W_xh, W_hh, u = small_rnn(T=T, d=d, rho=1.2, kind="gaussian")
+    H = reference.rnn_forward(X, W_xh, W_hh, activation="tanh")
+    r = gradpath.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "both", probe=u)
+    eps = 1e-6
+    for k in range(1, T):
+        s = T - 1 - k                                      # 0-based index of h_{T-k}
+        J = np.empty((d, d))
+        for c in range(d):
+            hp, hm = H[s].copy(), H[s].copy()
+            hp[c] += eps
+            hm[c] -= eps
+            J[:, c] = (rollout(hp, X[s + 1:], W_xh, W_hh, "tanh")
+                       - rollout(hm, X[s + 1:], W_xh, W_hh, "tanh")) / (2 * eps)
+        assert abs(r["ln_spectral"][k - 1] - math.log(np.linalg.norm(J, 2))) < 1e-7
+        assert abs(r["ln_probe"][k - 1] - math.log(np.linalg.norm(u @ J))) < 1e-7
+
+
+def test_probe_gradient_matches_the_rnn_kernel_bptt():
+    # the distance-T gradient reaches h_0: the kernel's full BPTT returns it as dh0
+    X, W_xh, W_hh, u = small_rnn(T=40, d=6, rho=0.95, kind="gaussian")
+    h0 = np.zeros(6)
+    H = rnn.forward(X, W_xh, W_hh, h0=h0, activation="tanh")
+    dH = np.zeros_like(H)
+    dH[-1] = u
+    g = rnn.backward(X, H, W_xh, W_hh, dH, h0=h0, activation="tanh")
+    # dl/dh_0 = W_hh^T (phi'_1 * dl/dh_1); dl/dh_1 is our distance T-1
+    r = gradpath.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "probe", probe=u)
+    S, m = gradpath._scaled_derivatives(X, W_xh, W_hh, "tanh")
+    V, L = gradpath._probe_backward(np.ascontiguousarray(W_hh.T), u, S, m)
+    dh1 = math.exp(L[0]) * V[0]
+    np.testing.assert_allclose(W_hh.T @ ((1 - H[0] ** 2) * dh1), g.dh0, rtol=1e-10, atol=1e-14)
+    assert abs(r["ln_probe"][-1] - math.log(np.linalg.norm(dh1))) < 1e-12
+
+
+def test_summary_rates_against_theory_and_the_bound():
+    cfg = gradpath.DecayConfig(rhos=(0.5, 0.9, 1.1), Ts=(200,), ds=(16,), input_scales=(1.0, 4.0),
+                               attention=False)
+    frame, summary = gradpath.decay_sweep(cfg)
+    assert len(summary) == 3 * 2 * 2 * 2
+    assert len(frame) == len(summary) * 199
+    lin = summary[summary["activation"] == "identity"]
+    orth = lin[lin["weight"] == "orthogonal"]
+    np.testing.assert_allclose(orth["fitted_rate"], np.log(orth["rho"]), atol=1e-12)
+    gauss = lin[lin["weight"] == "gaussian"]
+    np.testing.assert_allclose(gauss["fitted_rate"], np.log(gauss["rho"]), atol=0.01)
+    assert (gauss["log10_transient"] > 0.05).all()         # non-normal: growth beyond rho^k
+    tanh = summary[summary["activation"] == "tanh"]
+    assert tanh["theory_rate"].isna().all()
+    np.testing.assert_allclose(tanh["bound_rate"], np.log(tanh["sigma_max"]), atol=1e-12)
+    assert (tanh["fitted_rate"] <= tanh["bound_rate"]).all()
+    assert summary["bound_respected"].all()
+    # saturation (larger input scale) decays faster, all else equal
+    t = tanh.set_index(["weight", "rho", "input_scale"])["fitted_rate"]
+    for w in ("orthogonal", "gaussian"):
+        for rho in (0.5, 0.9, 1.1):
+            assert t[(w, rho, 4.0)] < t[(w, rho, 1.0)]
+
+
+def test_frame_has_the_tidy_columns():
+    frame, summary = gradpath.decay_sweep(gradpath.DecayConfig(
+        rhos=(0.9,), Ts=(20,), ds=(4,), input_scales=(1.0,)))
+    for col in ["model", "T", "d", "rho", "activation", "weight", "input_scale", "distance",
+                "log10_norm"]:
+        assert col in frame.columns
+    assert set(frame["model"]) == {"rnn", "attention"}
+    assert not frame.duplicated(["model", "weight", "activation", "rho", "input_scale", "T", "d",
+                                 "distance"]).any()
+    assert {"fitted_rate", "theory_rate", "bound_rate"} <= set(summary.columns)
+
+
+def test_rnn_gradient_norms_rejects_bad_input():
+    X, W_xh, W_hh, u = small_rnn(T=5, d=3)
+    with pytest.raises(ValueError, match="T >= 2"):
+        gradpath.rnn_gradient_norms(X[:1], W_xh, W_hh)
+    with pytest.raises(ValueError, match="W_hh"):
+        gradpath.rnn_gradient_norms(X, W_xh, W_hh[:2])
+    with pytest.raises(ValueError, match="activation"):
+        gradpath.rnn_gradient_norms(X, W_xh, W_hh, activation="relu")
+    with pytest.raises(ValueError, match="probe"):
+        gradpath.rnn_gradient_norms(X, W_xh, W_hh, probe=np.zeros(3))
+    with pytest.raises(ValueError, match="rhos"):
+        gradpath.decay_sweep(gradpath.DecayConfig(rhos=(-1.0,)))
+
+
+# --------------------------------------------------------------------------- attention
+
+def test_attention_routes_match_finite_differences_and_the_kernel_backward():
+    rng = np.random.default_rng(11)
+    T, d = 7, 4
+    X = rng.normal(size=(T, d))
+    Wq, Wk, Wv = (rng.normal(size=(d, d)) / 2 for _ in range(3))
+    Jv, Js = gradpath.attention_path_jacobians(X, Wq, Wk, Wv)
+    eps = 1e-6
+    for j in range(T - 1):
+        J = np.empty((d, d))
+        for c in range(d):
+            Xp, Xm = X.copy(), X.copy()
+            Xp[j, c] += eps
+            Xm[j, c] -= eps
+            J[:, c] = (reference.attention_forward(Xp, Wq, Wk, Wv)[0][-1]
+                       - reference.attention_forward(Xm, Wq, Wk, Wv)[0][-1]) / (2 * eps)
+        np.testing.assert_allclose(Jv[j] + Js[j], J, atol=1e-8)
+        assert np.abs(Jv[j] - J).max() > 1e-4 and np.abs(Js[j] - J).max() > 1e-4
+    # the kernel's backward with dY nonzero only in row T gives w^T dy_T/dx_j
+    w = rng.normal(size=d)
+    Y, A = attention.forward(X, Wq, Wk, Wv)
+    dY = np.zeros_like(Y)
+    dY[-1] = w
+    g = attention.backward(X, Wq, Wk, Wv, A, dY)
+    np.testing.assert_allclose(np.einsum("v,jvm->jm", w, Jv + Js), g.dX[:T - 1], atol=1e-12)
+
+
+def test_attention_norm_does_not_decay_with_distance():
+    T = 400
+    att = gradpath.attention_paths(T=T, d=16, seed=1)
+    rnn_df = gradpath.rnn_decay(T=T, d=16, rho=0.9, weight="orthogonal", activation="tanh", seed=1)
+    assert np.isfinite(att["log10_norm"]).all()
+    near = att["log10_norm"].iloc[: T // 4].mean()
+    far = att["log10_norm"].iloc[-T // 4:].mean()
+    assert abs(far - near) < 0.5                            # flat on average, whatever k
+    assert abs(gradpath._fit_rate(att["log10_norm"].to_numpy() * math.log(10), 0.0)) < 1e-3
+    assert rnn_df["log10_norm"].iloc[-1] < rnn_df["log10_norm"].iloc[0] - 30
+    # x_1 itself, across T-1 positions, is as reachable as its neighbours
+    assert att["log10_norm"].iloc[-1] > near - 2
+
+
+# --------------------------------------------------------------------------- additive
+
+def test_lesson_route_norms():
+    df = gradpath.lesson_additive_routes((0.5, 2.0)).set_index("va_scale")
+    assert round(df.loc[0.5, "value_norm"], 4) == 2.8303
+    assert round(df.loc[0.5, "score_norm"], 4) == 0.2556
+    assert 10 < df.loc[0.5, "value_over_score"] < 12       # "about 11 times"
+    assert df.loc[2.0, "value_over_score"] < df.loc[0.5, "value_over_score"] / 2
+
+
+def test_additive_routes_match_the_lesson_formulas():
+    S, H, Wsa, Wha, va, G = gradpath.lesson_additive_inputs(0.5)
+    valor, puntuacion = lesson_routes(S, H, Wsa, Wha, va, G)
+    r = gradpath.additive_routes(S, H, Wsa, Wha, va, G)
+    assert abs(r["value_norm"] - np.linalg.norm(valor)) < 1e-12
+    assert abs(r["score_norm"] - np.linalg.norm(puntuacion)) < 1e-12
+
+
+# --------------------------------------------------------------------------- clipping
+
+def test_clipping_rescales_every_contribution_by_one_factor():
+    T, d, thr = 30, 6, 2.0
+    df = gradpath.clipping_experiment(rhos=(0.5, 0.9, 1.5), threshold=thr, T=T, d=d,
+                                      activation="tanh", weight="gaussian").set_index("rho")
+    np.testing.assert_allclose(df["log10_far_over_near_after"], df["log10_far_over_near_before"],
+                               atol=1e-12)
+    assert (df["residual"] < 1e-12).all()
+    # independent BPTT twin: the total gradient and the near/far terms it reports
+    for rho in (0.5, 0.9, 1.5):
+        W_hh = gradpath.recurrent_matrix(d, rho, "gaussian", 0)
+        rng = np.random.default_rng([0, 1])
+        W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
+        X = rng.normal(size=(T, d))
+        u = np.random.default_rng(12345).normal(size=d)
+        total, terms = naive_bptt_dWxh(X, W_xh, W_hh, u / np.linalg.norm(u), "tanh")
+        n = np.linalg.norm(total)
+        assert abs(df.loc[rho, "log10_total_before"] - math.log10(n)) < 1e-9
+        assert abs(df.loc[rho, "log10_near_before"] - math.log10(np.linalg.norm(terms[T - 2]))) < 1e-9
+        assert abs(df.loc[rho, "log10_far_before"] - math.log10(np.linalg.norm(terms[0]))) < 1e-9
+        c = min(1.0, thr / n)
+        assert abs(df.loc[rho, "log10_clip_factor"] - math.log10(c)) < 1e-9
+        assert abs(df.loc[rho, "log10_total_after"] - math.log10(min(n, thr))) < 1e-9
+
+
+def test_clipping_stops_explosion_but_does_not_rescue_vanishing():
+    df = gradpath.clipping_experiment(rhos=(0.5, 1.5), threshold=1.0, T=50, d=8).set_index("rho")
+    assert df.loc[1.5, "log10_total_before"] > 5 and abs(df.loc[1.5, "log10_total_after"]) < 1e-12
+    assert df.loc[0.5, "log10_far_over_near_after"] < -10
+
+
+# --------------------------------------------------------------------------- CLI
+
+@pytest.fixture
+def decay_only(monkeypatch):
+    """cli.main with only this subcommand: build_parser imports every module it lists,
+    and these tests should not depend on the other analysers being importable."""
+    monkeypatch.setattr(cli, "COMMANDS", {"decay": "harness.gradpath"})
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--rho", "0"], "--rho: must be > 0"),
+    (["--rho", "0.9", "-0.5"], "--rho: must be > 0"),
+    (["--T", "1"], "--T: must be >= 2"),
+    (["--activation", "relu"], "--activation"),
+    (["--weight", "unitary"], "--weight"),
+    (["--d", "0"], "--d: must be >= 1"),
+    (["--measure", "fast"], "--measure"),
+])
+def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, tmp_path, capsys, decay_only):
+    rc = cli.main(["decay", *argv, "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert needle in err
+    assert err.count("\n") == 1 and err.startswith("harness decay: error:")
+    assert not (tmp_path / "o" / "decay.csv").exists()
+
+
+def test_cli_unwritable_out_dir(tmp_path, capsys, decay_only):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc = cli.main(["decay", "--T", "5", "--d", "2", "--out", str(blocker / "sub"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--out" in err and err.count("\n") == 1
+
+
+def test_cli_non_numeric_rho_is_an_argparse_error(capsys, decay_only):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["decay", "--rho", "abc"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_cli_run_writes_the_csvs(tmp_path, capsys, decay_only):
+    out = tmp_path / "decay"
+    rc = cli.main(["decay", "--rho", "0.9", "1.5", "--T", "40", "--d", "6", "--activation", "tanh",
+                   "--input-scale", "1", "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0
+    frame = pd.read_csv(out / "decay.csv")
+    summary = pd.read_csv(out / "decay_summary.csv")
+    assert len(summary) == 2 * 2 + 1                       # 2 rho x 2 weights, + attention
+    assert len(frame) == len(summary) * 39
+    assert set(frame["distance"]) == set(range(1, 40))
+    assert (out / "decay_clipping.csv").exists() and (out / "decay_additive.csv").exists()
+    assert "fitted_rate" in cap.out and "decay:" in cap.err
+    assert not list(out.glob(".*.tmp"))                    # nothing half-written left behind
