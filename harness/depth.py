@@ -1,0 +1,683 @@
+"""Sequential depth: work, span, path length and the schedule on P processors, measured.
+
+The lessons' three claims, taken from the computation that runs:
+
+* an RNN's T steps run one after another whatever the number of processors;
+* attention is a constant number of stages that grows in work, not in depth;
+* the multiplication counts cross at T = d (RNN 2 T d^2 against the grid 2 T^2 d).
+
+``trace_model`` runs ``harness.reference``'s NumPy forward on recording arrays
+(``harness.trace``) and gets the dependency graph of the code itself; every
+number below is read off that graph and checked against a closed form.
+
+Conventions, named once:
+
+* ``macs``: multiply-adds of the matrix products, one multiplication each, as
+  in the lessons. For the RNN the recurrence plus the input products; for
+  attention the Q K^T grid plus the A V mix (the lessons' comparison; the three
+  projections are counted separately, in ``macs_all``).
+* ``flops`` = 2 x macs, as PyTorch's FlopCounterMode reports them.
+* op granularity: one traced NumPy operation is one node; ``span`` is the
+  longest chain of dependent operations, ``max_path`` the fewest operations
+  from input position 1 to output position T (Table 1 of "Attention Is All You
+  Need", third column).
+* scalar granularity: every multiply, add, compare, exp ... is one unit task;
+  a sum or max of n terms is a balanced tree of ceil(log2 n) levels.
+  ``scalar_span`` is exact at every T: per-element depths are propagated
+  through the traced ops, so the scalar graph (``scalar_work`` nodes) is never
+  built and nothing is extrapolated.
+* ``parallelism`` = scalar_work / scalar_span (average scalar tasks that can
+  run at once).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+import pandas as pd
+
+from harness import reference, trace
+from harness._io import UsageError, atomic_write_csv, ensure_writable_dir
+
+MODELS = ("rnn", "attention")
+GRAINS = ("scalar", "element")
+
+# which part of the model a product with a named weight belongs to
+WEIGHT_PARTS = {"W_xh": "input", "W_hh": "recurrence",
+                "Wq": "projections", "Wk": "projections", "Wv": "projections"}
+# the parts the lessons compare: RNN products against attention's grid + mix
+LESSON_PARTS = {"rnn": ("recurrence", "input"), "attention": ("grid", "mix")}
+
+
+@dataclass(frozen=True)
+class DepthConfig:
+    d: int = 512                                        # the paper's d_model
+    T_values: tuple = (50, 100, 200, 500, 512, 800, 1000, 2000)  # lesson's 50/1000/2000, T = d, 800 tokens
+    schedule_T: tuple = (800,)                          # the lesson's 800-token text
+    schedule_grains: tuple = GRAINS                     # both task models, side by side
+    measure_T: tuple = (32, 64, 128, 256, 512, 1024, 2048)  # wall-time sweep (brackets T = d)
+    scaling_T: int = 1024                               # strong scaling at one T past the crossover
+    repeats: int = 3                                    # best of, after one warm-up call
+    seed: int = 0                                       # inputs from default_rng(seed)
+    fit_min_T: int = 128                                # exponents fitted where overheads stop dominating
+
+
+CONFIG = DepthConfig()
+
+
+def default_processors(d):
+    """P from 1 to 10^7: powers of ten, plus d, d^2 and the lesson's 800."""
+    return tuple(sorted({1, 10, 100, 800, 1000, 10**4, 10**5, 10**6, 10**7, d, d * d}))
+
+
+# ----------------------------------------------------------------------------- counts
+
+def closed_form_macs(model, T, d, d_k=None, d_v=None, d_h=None):
+    """Multiplications per part from the lessons' formulas (the check on the trace)."""
+    if model == "rnn":
+        d_h = d if d_h is None else d_h
+        return {"input": T * d_h * d, "recurrence": T * d_h * d_h}
+    d_k = d if d_k is None else d_k
+    d_v = d if d_v is None else d_v
+    return {"projections": T * d * (2 * d_k + d_v), "grid": T * T * d_k, "mix": T * T * d_v}
+
+
+@dataclass
+class Trace:
+    """A traced forward: the op graph, its outputs, and what was read off it."""
+    model: str
+    T: int
+    d: int
+    graph: trace.Graph
+    outputs: tuple
+    seconds: float = 0.0
+
+    def macs_by_part(self):
+        parts = {}
+        for op in self.graph.ops:
+            if op.kind == "matmul":
+                parts[op.part] = parts.get(op.part, 0) + op.macs
+        return parts
+
+    @property
+    def ops(self):
+        return len(self.graph.ops)
+
+    @property
+    def span(self):
+        """Longest chain of dependent operations."""
+        return max(op.op_depth for op in self.graph.ops)
+
+    @property
+    def max_path(self):
+        """Fewest operations from input position 1 to output position T."""
+        y = self.outputs[0]
+        return int(y.dist[..., self.T - 1, :].min())
+
+    @property
+    def scalar_span(self):
+        return int(max(int(y.sdepth.max()) for y in self.outputs))
+
+    @property
+    def scalar_work(self):
+        return int(sum(sum(op.levels("scalar")) for op in self.graph.ops))
+
+
+def trace_model(model, T, d, d_k=None, d_v=None, d_h=None):
+    """Run ``harness.reference``'s forward for ``model`` on recording arrays.
+
+    X is (T, d); RNN: W_xh (d_h, d), W_hh (d_h, d_h); attention: Wq, Wk (d, d_k),
+    Wv (d, d_v). Widths default to d, the lessons' equal-width comparison.
+    Returns a ``Trace``; T = 2000 traces in well under a second per model.
+    """
+    model = _check_model(model)
+    T, d = _check_pos("T", T), _check_pos("d", d)
+    t0 = time.perf_counter()
+    g = trace.Graph(weight_parts=dict(WEIGHT_PARTS))
+    X = trace.leaf(g, "X", (T, d), ("T", "d_model"), source_row=0)   # position 1 is row 0
+    if model == "rnn":
+        d_h = d if d_h is None else _check_pos("d_h", d_h)
+        W_xh = trace.leaf(g, "W_xh", (d_h, d), ("d_h", "d_model"))
+        W_hh = trace.leaf(g, "W_hh", (d_h, d_h), ("d_h", "d_h"))
+        outputs = (reference.rnn_forward(X, W_xh, W_hh),)          # (T, d_h)
+    else:
+        d_k = d if d_k is None else _check_pos("d_k", d_k)
+        d_v = d if d_v is None else _check_pos("d_v", d_v)
+        Wq = trace.leaf(g, "Wq", (d, d_k), ("d_model", "d_k"))
+        Wk = trace.leaf(g, "Wk", (d, d_k), ("d_model", "d_k"))
+        Wv = trace.leaf(g, "Wv", (d, d_v), ("d_model", "d_v"))
+        outputs = tuple(reference.attention_forward(X, Wq, Wk, Wv))  # (T, d_v), (T, T)
+    return Trace(model, T, d, g, outputs, time.perf_counter() - t0)
+
+
+def count_table(T_values, d, models=MODELS):
+    """Tidy counts: one row per (model, T, part), traced and closed form side by side."""
+    rows = []
+    for model in models:
+        for T in T_values:
+            tr = trace_model(model, T, d)
+            traced = tr.macs_by_part()
+            closed = closed_form_macs(model, T, d)
+            for part in sorted(set(traced) | set(closed)):
+                m = traced.get(part, 0)
+                rows.append(dict(model=model, T=T, d=d, part=part, macs=m, flops=2 * m,
+                                 closed_form=closed.get(part, 0),
+                                 in_lesson_comparison=part in LESSON_PARTS[model]))
+    frame = pd.DataFrame(rows)
+    bad = frame[frame.macs != frame.closed_form]
+    if len(bad):
+        raise AssertionError(f"traced counts differ from the closed forms:\n{bad}")
+    return frame
+
+
+def depth_table(T_values, d, models=MODELS):
+    """One row per (model, T): the columns of depth.csv (Table 1 of the paper, measured)."""
+    rows = []
+    for model in models:
+        for T in T_values:
+            tr = trace_model(model, T, d)
+            parts = tr.macs_by_part()
+            macs = sum(parts.get(p, 0) for p in LESSON_PARTS[model])
+            sw, ss = tr.scalar_work, tr.scalar_span
+            rows.append(dict(
+                model=model, T=T, d=d,
+                macs=macs, flops=2 * macs, macs_all=sum(parts.values()),
+                ops=tr.ops, span=tr.span, max_path=tr.max_path,
+                scalar_work=sw, scalar_span=ss, parallelism=sw / ss,
+                trace_seconds=tr.seconds))
+    return pd.DataFrame(rows)
+
+
+def lesson_table(d=512, T_values=(50, 1000, 2000)):
+    """The "goodbye to recurrence" table: RNN products against the attention grid, and T/d."""
+    frame = depth_table(T_values, d)
+    wide = frame.pivot(index="T", columns="model", values="macs")
+    wide = wide.rename(columns={"rnn": "rnn_macs", "attention": "attention_macs"})
+    wide["ratio"] = wide["attention_macs"] / wide["rnn_macs"]
+    wide["T_over_d"] = wide.index / d
+    return wide.reset_index()[["T", "rnn_macs", "attention_macs", "ratio", "T_over_d"]]
+
+
+# ----------------------------------------------------------------------------- schedule
+
+@numba.njit(cache=True)
+def _greedy_schedule(level_ptr, level_size, succ_ptr, succ_idx, indeg0, prio, P):
+    # level_ptr (n+1,), level_size (L,): task i runs levels level_ptr[i]..level_ptr[i+1]-1,
+    # each a batch of unit tasks that may start when the previous level is done.
+    # succ_ptr (n+1,), succ_idx (E,): task edges; ids are topological. prio (n,): bottom level.
+    n = indeg0.shape[0]
+    indeg = indeg0.copy()
+    cur = level_ptr[:n].copy()
+    rem = np.zeros(n, np.int64)
+    active = np.empty(n, np.int64)        # ready tasks, highest priority first
+    n_act = 0
+    stack = np.empty(n, np.int64)         # tasks whose predecessors are all done
+    sp = 0
+    for i in range(n):
+        if indeg[i] == 0:
+            stack[sp] = i
+            sp += 1
+    steps = 0
+    busy = 0
+    done = 0
+    while True:
+        while sp > 0:
+            sp -= 1
+            i = stack[sp]
+            if cur[i] == level_ptr[i + 1]:          # no levels (a reduction of one term)
+                done += 1
+                for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                    j = succ_idx[e]
+                    indeg[j] -= 1
+                    if indeg[j] == 0:
+                        stack[sp] = j
+                        sp += 1
+                continue
+            rem[i] = level_size[cur[i]]
+            pos = n_act
+            while pos > 0 and (prio[active[pos - 1]] < prio[i] or
+                               (prio[active[pos - 1]] == prio[i] and active[pos - 1] > i)):
+                active[pos] = active[pos - 1]
+                pos -= 1
+            active[pos] = i
+            n_act += 1
+        if n_act == 0:
+            break
+        first = active[0]
+        if rem[first] > P:
+            # the first task alone takes every processor until it fits in one step
+            k = (rem[first] - 1) // P
+            rem[first] -= k * P
+            steps += k
+            busy += k * P
+            continue
+        left = P                               # one step: greedy, in priority order
+        m = 0
+        while m < n_act and left > 0:
+            i = active[m]
+            a = rem[i] if rem[i] < left else left
+            rem[i] -= a
+            left -= a
+            busy += a
+            m += 1
+        steps += 1
+        w = 0
+        for q in range(m):
+            i = active[q]
+            if rem[i] > 0:
+                active[w] = i
+                w += 1
+                continue
+            cur[i] += 1
+            if cur[i] < level_ptr[i + 1]:      # next level is ready at the next step
+                rem[i] = level_size[cur[i]]
+                active[w] = i
+                w += 1
+                continue
+            done += 1
+            for e in range(succ_ptr[i], succ_ptr[i + 1]):
+                j = succ_idx[e]
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    stack[sp] = j
+                    sp += 1
+        if w < m:
+            for q in range(m, n_act):
+                active[w + q - m] = active[q]
+            n_act -= m - w
+    return steps, busy, done
+
+
+@dataclass
+class TaskGraph:
+    """The traced ops cut into tasks (an op read row by row becomes one task per row)."""
+    grain: str
+    level_ptr: np.ndarray
+    level_size: np.ndarray
+    succ_ptr: np.ndarray
+    succ_idx: np.ndarray
+    indeg: np.ndarray
+    prio: np.ndarray            # bottom level: longest chain of levels from the task to the end
+    work: int                   # unit tasks in all
+    span: int                   # longest chain of levels
+
+
+def task_graph(tr, grain="scalar"):
+    """Level-expanded task DAG of a ``Trace``.
+
+    A task's levels run in order; its first level waits for every level of the
+    tasks it depends on. That is coarser than the true scalar graph, never
+    finer, so Graham's bound holds for it exactly.
+    """
+    if grain not in GRAINS:
+        raise ValueError(f"grain must be one of {list(GRAINS)!r}, got {grain!r}.")
+    ops = tr.graph.ops
+    base = np.zeros(len(ops) + 1, np.int64)
+    for op in ops:
+        base[op.id + 1] = base[op.id] + op.rows
+    n = int(base[-1])
+    sizes, counts = [], np.zeros(n, np.int64)
+    for op in ops:
+        lv = np.asarray(op.levels(grain), dtype=np.int64) // op.rows
+        for r in range(op.rows):
+            sizes.append(lv)
+            counts[base[op.id] + r] = len(lv)
+    level_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=level_ptr[1:])
+    level_size = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+    edges = []
+    for op in ops:
+        targets = range(base[op.id], base[op.id + 1])
+        for i, row in op.deps:
+            srcs = range(base[i], base[i + 1]) if row < 0 else (base[i] + row,)
+            edges.extend((s, t) for s in srcs for t in targets)
+    e = np.array(edges, dtype=np.int64).reshape(-1, 2)
+    e = e[np.lexsort((e[:, 1], e[:, 0]))]
+    succ_ptr = np.zeros(n + 1, np.int64)
+    np.add.at(succ_ptr, e[:, 0] + 1, 1)
+    succ_ptr = np.cumsum(succ_ptr)
+    succ_idx = np.ascontiguousarray(e[:, 1])
+    indeg = np.bincount(e[:, 1], minlength=n).astype(np.int64)
+    finish, prio = _span_and_priority(level_ptr, succ_ptr, succ_idx)
+    return TaskGraph(grain, level_ptr, level_size, succ_ptr, succ_idx, indeg, prio,
+                     int(level_size.sum()), int(finish.max()) if n else 0)
+
+
+@numba.njit(cache=True)
+def _span_and_priority(level_ptr, succ_ptr, succ_idx):
+    # ids are topological: relax forwards for finish levels, backwards for bottom levels
+    n = level_ptr.shape[0] - 1
+    start = np.zeros(n, np.int64)
+    finish = np.zeros(n, np.int64)
+    for i in range(n):
+        finish[i] = start[i] + level_ptr[i + 1] - level_ptr[i]
+        for e in range(succ_ptr[i], succ_ptr[i + 1]):
+            j = succ_idx[e]
+            if finish[i] > start[j]:
+                start[j] = finish[i]
+    bottom = np.zeros(n, np.int64)
+    for i in range(n - 1, -1, -1):
+        b = 0
+        for e in range(succ_ptr[i], succ_ptr[i + 1]):
+            if bottom[succ_idx[e]] > b:
+                b = bottom[succ_idx[e]]
+        bottom[i] = b + level_ptr[i + 1] - level_ptr[i]
+    return finish, bottom
+
+
+def schedule(model, T, d, processors=None, grain="scalar", tr=None):
+    """Greedy list scheduling of the traced DAG on P processors, one row per P.
+
+    Highest-level-first list scheduling of unit tasks: at each step every idle
+    processor takes a ready task if there is one. Checks Brent/Graham on every
+    row, max(W/P, S) <= T_P <= W/P + S, and raises AssertionError if broken.
+    ``grain``: 'scalar' (each multiply or add is a task, sums are trees) or
+    'element' (one processor computes a whole output element, a dot product of
+    k terms in k steps).
+    """
+    tr = trace_model(model, T, d) if tr is None else tr
+    tg = task_graph(tr, grain)
+    processors = default_processors(tr.d) if processors is None else processors
+    rows = []
+    for P in processors:
+        P = _check_pos("P", P)
+        steps, busy, done = _greedy_schedule(tg.level_ptr, tg.level_size, tg.succ_ptr,
+                                             tg.succ_idx, tg.indeg, tg.prio, P)
+        if busy != tg.work or done != len(tg.indeg):
+            raise AssertionError(f"schedule of {model} T={T} P={P} lost tasks")
+        lower, upper = max(tg.work / P, tg.span), tg.work / P + tg.span
+        if not (lower <= steps <= upper):
+            raise AssertionError(f"Brent bound broken for {model} T={T} P={P}: "
+                                 f"{lower} <= {steps} <= {upper} is false")
+        rows.append(dict(model=tr.model, T=tr.T, d=tr.d, grain=grain, P=P, time=steps,
+                         work=tg.work, span=tg.span, lower=lower, upper=upper,
+                         bounds_ok=True, speedup=None, efficiency=None))
+    frame = pd.DataFrame(rows)
+    t1 = tg.work  # one processor does the work, nothing else: T_1 = W
+    frame["speedup"] = t1 / frame["time"]
+    frame["efficiency"] = frame["speedup"] / frame["P"]
+    return frame
+
+
+def schedule_table(T_values, d, processors=None, grains=GRAINS, models=MODELS):
+    """``schedule`` for every (model, T, grain), concatenated."""
+    frames = []
+    for model in models:
+        for T in T_values:
+            tr = trace_model(model, T, d)
+            for grain in grains:
+                frames.append(schedule(model, T, d, processors, grain, tr=tr))
+    return pd.concat(frames, ignore_index=True)
+
+
+def plateau_P(frame, tol=0.01):
+    """Per (model, T, grain): the smallest P within ``tol`` of the time at the largest P."""
+    out = []
+    for key, g in frame.groupby(["model", "T", "grain"]):
+        g = g.sort_values("P")
+        floor = g["time"].iloc[-1]
+        P = int(g.loc[g["time"] <= floor * (1 + tol), "P"].iloc[0])
+        out.append(dict(zip(["model", "T", "grain"], key), plateau_P=P, floor=int(floor),
+                        span=int(g["span"].iloc[0])))
+    return pd.DataFrame(out)
+
+
+# ----------------------------------------------------------------------------- measured
+
+def _kernels():
+    try:
+        from harness import attention, rnn
+    except ImportError as e:
+        raise RuntimeError(f"the compiled kernels are not available ({e}); "
+                           f"run with --no-measure") from None
+    return rnn, attention
+
+
+def _inputs(model, T, d, rng, dtype=np.float64):
+    X = rng.standard_normal((T, d)).astype(dtype)            # (T, d)
+    s = 1 / math.sqrt(d)                                      # keeps tanh out of saturation
+    if model == "rnn":
+        return (X, (rng.standard_normal((d, d)) * s).astype(dtype),   # W_xh (d_h, d_in)
+                (rng.standard_normal((d, d)) * s).astype(dtype))      # W_hh (d_h, d_h)
+    return (X,) + tuple((rng.standard_normal((d, d)) * s).astype(dtype) for _ in range(3))
+
+
+def _forward(model):
+    rnn, attention = _kernels()
+    return rnn.forward if model == "rnn" else attention.forward
+
+
+def time_forward(model, T, d, repeats=CONFIG.repeats, seed=CONFIG.seed):
+    """Best-of-``repeats`` seconds of one compiled forward; compiles on a tiny input first."""
+    f = _forward(_check_model(model))
+    rng = np.random.default_rng(seed)
+    f(*_inputs(model, 2, 2, rng))                            # warm-up: compile outside the clock
+    args = _inputs(model, T, d, rng)
+    f(*args)                                                 # touch memory and caches once
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_wall_times(T_values=CONFIG.measure_T, d=CONFIG.d, repeats=CONFIG.repeats,
+                       threads=None, seed=CONFIG.seed):
+    """Wall time of both compiled forwards over T: model, T, d, threads, seconds, per step, MAC rate.
+
+    ``macs_all`` counts every product the kernel does (attention includes its projections).
+    """
+    from harness import machine
+    threads = os.cpu_count() if threads is None else threads
+    rows = []
+    with machine.threads(threads):
+        for model in MODELS:
+            for T in T_values:
+                sec = time_forward(model, T, d, repeats, seed)
+                macs_all = sum(closed_form_macs(model, T, d).values())
+                rows.append(dict(model=model, T=T, d=d, threads=threads, seconds=sec,
+                                 seconds_per_step=sec / T, macs_all=macs_all,
+                                 gmacs_per_s=macs_all / sec / 1e9))
+    return pd.DataFrame(rows)
+
+
+def measured_crossover(times):
+    """Where attention's measured time overtakes the RNN's, against the counted T = d.
+
+    Interpolates log(t_att / t_rnn) linearly in log T between the two sampled T
+    that bracket the sign change. Returns a one-row-per-d DataFrame with the
+    counted crossovers (grid only: T = d; with projections: none, attention
+    always does more products), the measured one (NaN if not inside the
+    sweep), and the GEMM/matrix-vector throughput ratio that explains the gap.
+    """
+    rows = []
+    for d, g in times.groupby("d"):
+        w = g.pivot(index="T", columns="model", values="seconds").sort_index()
+        r = np.log(w["attention"] / w["rnn"])
+        Ts = w.index.to_numpy(dtype=float)
+        cross = math.nan
+        for i in range(1, len(Ts)):
+            if r.iloc[i - 1] < 0 <= r.iloc[i]:
+                f = -r.iloc[i - 1] / (r.iloc[i] - r.iloc[i - 1])
+                cross = math.exp(math.log(Ts[i - 1]) + f * (math.log(Ts[i]) - math.log(Ts[i - 1])))
+                break
+        if math.isnan(cross) and len(r) and r.iloc[0] >= 0:
+            cross = -math.inf     # attention slower already at the smallest T
+        rate = g.pivot(index="T", columns="model", values="gmacs_per_s")
+        Tmax = rate.index.max()
+        rows.append(dict(d=d, counted_T_grid=d, measured_T=cross,
+                         measured_over_counted=cross / d,
+                         attention_gmacs_per_s=float(rate.loc[Tmax, "attention"]),
+                         rnn_gmacs_per_s=float(rate.loc[Tmax, "rnn"]),
+                         gemm_over_matvec=float(rate.loc[Tmax, "attention"] / rate.loc[Tmax, "rnn"]),
+                         at_T=int(Tmax)))
+    return pd.DataFrame(rows)
+
+
+def fit_exponents(times, min_T=CONFIG.fit_min_T):
+    """Least-squares slope of log(seconds) against log(T), per model, for T >= min_T."""
+    rows = []
+    for (model, d), g in times.groupby(["model", "d"]):
+        g = g[g["T"] >= min_T]
+        if len(g) < 2:
+            continue
+        slope, _ = np.polyfit(np.log(g["T"]), np.log(g["seconds"]), 1)
+        rows.append(dict(model=model, d=d, exponent=slope, T_min=int(g["T"].min()),
+                         T_max=int(g["T"].max()), points=len(g)))
+    return pd.DataFrame(rows)
+
+
+def strong_scaling(T=CONFIG.scaling_T, d=CONFIG.d, thread_counts=None, repeats=CONFIG.repeats,
+                   seed=CONFIG.seed):
+    """Both forwards at fixed (T, d) on 1..nproc threads (BLAS and Numba set together)."""
+    from harness import machine
+    thread_counts = thread_counts or tuple(range(1, (os.cpu_count() or 1) + 1))
+    rows = []
+    for n in thread_counts:
+        with machine.threads(n):
+            for model in MODELS:
+                rows.append(dict(model=model, T=T, d=d, threads=n,
+                                 seconds=time_forward(model, T, d, repeats, seed)))
+    frame = pd.DataFrame(rows)
+    one = frame[frame.threads == frame.threads.min()].set_index("model")["seconds"]
+    frame["speedup"] = frame["seconds"] / frame["model"].map(one)
+    frame["speedup"] = 1 / frame["speedup"]
+    frame["efficiency"] = frame["speedup"] / frame["threads"]
+    return frame
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _check_pos(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive integer, got {v!r}.")
+    if v < 1:
+        raise ValueError(f"{name} must be at least 1, got {v}.")
+    return int(v)
+
+
+def _check_model(model):
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {list(MODELS)!r}, got {model!r}.")
+    return model
+
+
+# ----------------------------------------------------------------------------- CLI
+
+HELP = "work, span, path length and the P-processor schedule of RNN vs attention"
+
+DESCRIPTION = """\
+Trace harness.reference's RNN and attention forwards into dependency graphs and
+read off, per model and T: the multiplications (macs: one per multiply-add, as
+in the lessons; flops = 2 x macs, PyTorch's convention), the span (longest
+chain of operations), the path length from position 1 to position T, and the
+parallelism. Then schedule the graphs greedily on P = 1 .. 10^7 processors
+(Brent/Graham bounds checked on every row) and time the compiled kernels on
+this machine (wall time over T, crossover, strong scaling, fitted exponents).
+
+example:
+  harness depth --T 50 800 1000 2000 --d 512 --out reports/depth
+  harness depth --T 50 100 --d 64 --no-measure
+"""
+
+
+def add_arguments(p):
+    p.add_argument("--T", type=int, nargs="+", default=list(CONFIG.T_values), metavar="T",
+                   help=f"sequence lengths to trace (default {' '.join(map(str, CONFIG.T_values))})")
+    p.add_argument("--d", type=int, default=CONFIG.d,
+                   help=f"model width, all widths equal as in the lessons (default {CONFIG.d})")
+    p.add_argument("--P", type=int, nargs="+", default=None, metavar="P",
+                   help="processor counts to schedule on (default 1, 10, ..., 10^7, d, d^2, 800)")
+    p.add_argument("--schedule-T", type=int, nargs="+", default=list(CONFIG.schedule_T),
+                   metavar="T", help="T values to schedule (default 800, the lesson's text)")
+    p.add_argument("--measure-T", type=int, nargs="+", default=list(CONFIG.measure_T),
+                   metavar="T", help="T values to time the compiled kernels at")
+    p.add_argument("--repeats", type=int, default=CONFIG.repeats,
+                   help=f"timed calls per point, best kept (default {CONFIG.repeats})")
+    p.add_argument("--no-measure", action="store_true",
+                   help="skip the wall-time measurements (counts, depth and schedule only)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write depth.csv (and schedule.csv, timings.csv, scaling.csv) here")
+
+
+def _validate(args):
+    for name, vals in (("--T", args.T), ("--schedule-T", args.schedule_T),
+                       ("--measure-T", args.measure_T), ("--P", args.P or [1])):
+        for v in vals:
+            if v < 1:
+                raise UsageError(f"{name}: must be a positive integer, got {v}")
+    if args.d < 1:
+        raise UsageError(f"--d: must be a positive integer, got {args.d}")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
+    return ensure_writable_dir(args.out, "--out") if args.out is not None else None
+
+
+def _print(title, frame, out=sys.stdout):
+    print(f"\n{title}", file=out)
+    print(frame.to_string(index=False), file=out)
+
+
+def run(args):
+    out_dir = _validate(args)
+    t0 = time.perf_counter()
+    T_values = sorted(set(args.T))
+    counts = count_table(T_values, args.d)                   # raises if trace != closed form
+    table = depth_table(T_values, args.d)
+    if out_dir is not None:
+        atomic_write_csv(table, out_dir / "depth.csv")
+    view = table[["model", "T", "macs", "flops", "span", "max_path", "scalar_span",
+                  "parallelism"]].copy()
+    view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
+    _print(f"Table 1, measured on the traced forwards (d = {args.d}; macs: one per multiply-add, "
+           f"RNN recurrence + input, attention QK^T + AV; flops = 2 x macs, PyTorch's convention;\n"
+           f"span and max_path in operations; scalar_span exact with sums as ceil(log2 n) trees; "
+           f"parallelism = scalar work / scalar span)", view)
+    ratio = table.pivot(index="T", columns="model", values="macs")
+    ratio["attention/rnn"] = (ratio["attention"] / ratio["rnn"]).round(3)
+    ratio["T/d"] = (ratio.index / args.d).round(3)
+    _print(f"counts cross at T = d = {args.d} (traced per-part counts equal the closed forms)",
+           ratio.reset_index())
+
+    processors = tuple(args.P) if args.P else default_processors(args.d)
+    sched = schedule_table(sorted(set(args.schedule_T)), args.d, processors)
+    if out_dir is not None:
+        atomic_write_csv(sched, out_dir / "schedule.csv")
+    wide = sched.pivot_table(index="P", columns=["grain", "model", "T"], values="time")
+    _print("greedy list schedule, steps T_P (Brent/Graham max(W/P,S) <= T_P <= W/P+S held on "
+           "every row). grain=scalar: each multiply/add a unit task, sums as trees;\n"
+           "grain=element: one processor per output element, a k-term dot product takes k steps",
+           wide.reset_index())
+    _print("where T_P stops falling (within 1% of its floor)", plateau_P(sched))
+    if 800 in set(args.schedule_T) and 800 in processors:
+        _print("the lesson's case: 800 tokens on 800 processors",
+               sched[(sched["T"] == 800) & (sched["P"] == 800)][
+                   ["model", "grain", "P", "time", "span", "work", "speedup"]])
+
+    if not args.no_measure:
+        from harness import machine
+        times = measure_wall_times(sorted(set(args.measure_T)), args.d, args.repeats)
+        cross = measured_crossover(times)
+        expo = fit_exponents(times)
+        scaling = strong_scaling(max(args.measure_T) // 2 or 1, args.d, repeats=args.repeats)
+        if out_dir is not None:
+            atomic_write_csv(times, out_dir / "timings.csv")
+            atomic_write_csv(scaling, out_dir / "scaling.csv")
+            atomic_write_csv(pd.DataFrame([machine.describe()]), out_dir / "machine.csv")
+        _print("wall time of the compiled forwards (best of "
+               f"{args.repeats}; attention includes its three projections)", times)
+        _print("crossover: counted T = d for the grid; measured where attention gets slower. "
+               "GEMM does far more multiplications per second than the RNN's T dependent "
+               "matrix-vector steps, so the measured crossover is later by about that ratio "
+               "(adjusted for the projections the kernel also does)", cross)
+        _print("fitted exponents of time against T", expo)
+        _print("strong scaling (BLAS and Numba threads set together)", scaling)
+    print(f"\nharness depth: {time.perf_counter() - t0:.1f} s", file=sys.stdout)
+    return 0
