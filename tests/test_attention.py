@@ -1,0 +1,356 @@
+"""harness.attention against its loop twins in tests/naive.py, finite differences,
+the properties the lessons state, and the additive-attention lesson's own numbers.
+
+Tolerances (stated once): the naive twins run in float64 on the same (possibly
+float32) inputs. float64 kernels agree with them to 1e-12 relative to the
+largest entry; float32 kernels to 2e-5 (forwards) and 5e-5 (gradients).
+Gradients agree with central finite differences, in float64, to a relative
+error of 1e-6.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import naive
+from harness import attention as at
+
+T, D_MODEL, D_K, D_V, B = 5, 4, 3, 2, 2
+T_Y, T_X, D_H, D_A = 4, 5, 3, 2
+FD_TOL = 1e-6
+DTYPES = [np.float32, np.float64]
+
+
+def close(got, want, dtype, grad=False, scale=0.0):
+    assert got.dtype == np.dtype(dtype)
+    tol = 1e-12 if dtype == np.float64 else (5e-5 if grad else 2e-5)
+    err = naive.rel_err(got, want, scale)
+    assert err <= tol, f"relative error {err:.2e} > {tol:.0e}"
+
+
+def make_self(seed, dtype=np.float64, proj=True, batched=False, t=T):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(B, t, D_MODEL) if batched else (t, D_MODEL)).astype(dtype)
+    if not proj:
+        return X, None, None, None
+    Wq, Wk = (rng.normal(size=(D_MODEL, D_K)).astype(dtype) for _ in range(2))
+    Wv = rng.normal(size=(D_MODEL, D_V)).astype(dtype)
+    return X, Wq, Wk, Wv
+
+
+def make_additive(seed, dtype=np.float64, t_y=T_Y, t_x=T_X):
+    rng = np.random.default_rng(seed)
+    S = rng.normal(size=(t_y, D_H)).astype(dtype)
+    H = rng.normal(size=(t_x, D_H)).astype(dtype)
+    Wsa = rng.normal(size=(D_A, D_H)).astype(dtype)
+    Wha = rng.normal(size=(D_A, D_H)).astype(dtype)
+    va = rng.normal(size=D_A).astype(dtype)
+    return S, H, Wsa, Wha, va
+
+
+SELF_CASES = [(proj, scale, causal, batched)
+              for proj in (True, False) for scale in (True, False)
+              for causal in (False, True) for batched in (False, True)]
+
+
+# ---------------------------------------------------------------- self-attention
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("proj,scale,causal,batched", SELF_CASES)
+def test_forward_matches_naive(dtype, proj, scale, causal, batched):
+    X, Wq, Wk, Wv = make_self(1, dtype, proj, batched)
+    Y, A = at.forward(X, Wq, Wk, Wv, scale=scale, causal=causal)
+    Yn, An = naive.attention_forward(X, Wq, Wk, Wv, scale, causal)
+    assert Y.shape == Yn.shape and A.shape == An.shape
+    close(A, An, dtype)
+    close(Y, Yn, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("proj,scale,causal,batched", SELF_CASES)
+def test_backward_matches_naive(dtype, proj, scale, causal, batched):
+    X, Wq, Wk, Wv = make_self(2, dtype, proj, batched)
+    Y, A = at.forward(X, Wq, Wk, Wv, scale=scale, causal=causal)
+    dY = np.random.default_rng(3).normal(size=Y.shape).astype(dtype)
+    got = at.backward(X, Wq, Wk, Wv, A, dY, scale=scale, causal=causal)
+    want = naive.attention_backward(X, Wq, Wk, Wv, dY, scale, causal)
+    for name, g, w in zip(at.AttentionGrads._fields, got, want):
+        if w is None:
+            assert g is None, name
+        else:
+            assert g.shape == w.shape, name
+            close(g, w, dtype, grad=True)
+
+
+@pytest.mark.parametrize("proj,scale,causal,batched", SELF_CASES)
+def test_gradients_match_finite_differences(proj, scale, causal, batched):
+    X, Wq, Wk, Wv = make_self(4, np.float64, proj, batched)
+    G = np.random.default_rng(5).normal(size=X.shape[:-1] + ((D_V,) if proj else (D_MODEL,)))
+
+    def loss():
+        return float((G * at.forward(X, Wq, Wk, Wv, scale=scale, causal=causal)[0]).sum())
+
+    _, A = at.forward(X, Wq, Wk, Wv, scale=scale, causal=causal)
+    got = at.backward(X, Wq, Wk, Wv, A, G, scale=scale, causal=causal)
+    for name, arg in zip(at.AttentionGrads._fields, (X, Wq, Wk, Wv)):
+        if arg is None:
+            assert getattr(got, name) is None
+            continue
+        err = naive.rel_err(getattr(got, name), naive.numeric_grad(loss, arg))
+        assert err <= FD_TOL, f"{name}: relative error {err:.2e}"
+
+
+# ------------------------------------------------------------- row softmax kernel
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 0.37])
+def test_softmax_rows_matches_naive(dtype, causal, scale):
+    E = (np.random.default_rng(6).normal(size=(6, 6)) * 5).astype(dtype)
+    got = E.copy()
+    at._softmax_rows_inplace(got, scale, causal, np.empty(6, dtype=np.int64))
+    want = np.zeros((6, 6))
+    for i in range(6):
+        w = i + 1 if causal else 6
+        want[i, :w] = naive.softmax_row([scale * float(e) for e in E[i, :w]])
+    close(got, want, dtype)
+    if causal:
+        assert np.all(np.triu(got, 1) == 0.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_rows_ignore_a_constant_per_row(dtype):
+    E = np.random.default_rng(7).normal(size=(5, 7)).astype(dtype)
+    shift = np.array([0.0, 3.0, -250.0, 1e3, 40.0])[:, None].astype(dtype)
+    a, b = E.copy(), (E + shift).astype(dtype)
+    scratch = np.empty(7, dtype=np.int64)
+    at._softmax_rows_inplace(a, 1.0, False, scratch)
+    at._softmax_rows_inplace(b, 1.0, False, scratch)
+    # E + shift is rounded in dtype; the row maximum is subtracted, so only that rounding shows.
+    tol = 1e-12 if dtype == np.float64 else 2e-4
+    np.testing.assert_allclose(b, a, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_attention_ignores_a_constant_added_to_a_row_of_scores(scale):
+    # A constant-1 feature that only Wk reads shifts every key by u, so the score
+    # q_i . (k_j + u) gains q_i . u: the same for every j of row i. A and Y must not move.
+    X, Wq, Wk, Wv = make_self(8)
+    u = np.random.default_rng(9).normal(size=D_K) * 3
+    X1 = np.hstack([X, np.ones((T, 1))])
+    Wq1, Wv1 = np.vstack([Wq, np.zeros(D_K)]), np.vstack([Wv, np.zeros(D_V)])
+    Wk1 = np.vstack([Wk, u])
+    Y, A = at.forward(X, Wq, Wk, Wv, scale=scale)
+    Y1, A1 = at.forward(X1, Wq1, Wk1, Wv1, scale=scale)
+    assert np.ptp(X1 @ Wq1 @ (X1 @ Wk1).T - X @ Wq @ (X @ Wk).T, axis=1).max() < 1e-12
+    assert np.abs(X1 @ Wq1 @ u).max() > 1.0          # the shift is not trivially zero
+    np.testing.assert_allclose(A1, A, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(Y1, Y, rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------- properties
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("proj,causal,batched", [(p, c, b) for p in (True, False)
+                                                 for c in (False, True) for b in (False, True)])
+def test_rows_sum_to_one(dtype, proj, causal, batched):
+    X, Wq, Wk, Wv = make_self(10, dtype, proj, batched)
+    _, A = at.forward(X * 4, Wq, Wk, Wv, causal=causal)
+    tol = 1e-14 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(A.sum(axis=-1), 1.0, rtol=0, atol=tol)
+    assert A.min() >= 0.0
+
+
+@pytest.mark.parametrize("proj", [True, False])
+def test_permuting_rows_of_x_permutes_rows_of_y(proj):
+    X, Wq, Wk, Wv = make_self(11, np.float64, proj, t=7)
+    perm = np.random.default_rng(12).permutation(7)
+    Y, A = at.forward(X, Wq, Wk, Wv)
+    Yp, Ap = at.forward(X[perm], Wq, Wk, Wv)
+    np.testing.assert_allclose(Yp, Y[perm], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(Ap, A[perm][:, perm], rtol=1e-12, atol=1e-14)
+
+
+def test_causal_attention_does_depend_on_order():
+    # The contrast that makes the permutation test mean something: the mask knows order.
+    X, Wq, Wk, Wv = make_self(11, np.float64, True, t=7)
+    perm = np.random.default_rng(12).permutation(7)
+    Y = at.forward(X, Wq, Wk, Wv, causal=True)[0]
+    Yp = at.forward(X[perm], Wq, Wk, Wv, causal=True)[0]
+    assert not np.allclose(Yp, Y[perm])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("scale", [True, False])
+def test_equal_norm_tokens_attend_most_to_themselves(batched, scale):
+    # Without projections the score is x_i . x_j <= |x_i| |x_j| = |x_i|^2, equality only at j = i.
+    X = make_self(13, np.float64, False, batched, t=8)[0]
+    X = 1.5 * X / np.linalg.norm(X, axis=-1, keepdims=True)
+    _, A = at.forward(X, scale=scale)
+    assert np.all(A.argmax(axis=-1) == np.arange(8))
+
+
+def test_no_projections_is_q_k_v_equal_x():
+    X = make_self(14)[0]
+    eye = np.eye(D_MODEL)
+    for s in (True, False):
+        Y, A = at.forward(X, scale=s)
+        Yi, Ai = at.forward(X, eye, eye, eye, scale=s)
+        np.testing.assert_allclose(Y, Yi, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(A, Ai, rtol=1e-13, atol=1e-15)
+
+
+def test_batch_is_a_stack_of_sequences():
+    X, Wq, Wk, Wv = make_self(15, np.float64, True, True)
+    Y, A = at.forward(X, Wq, Wk, Wv, causal=True)
+    dY = np.random.default_rng(16).normal(size=Y.shape)
+    g = at.backward(X, Wq, Wk, Wv, A, dY, causal=True)
+    dW = [np.zeros_like(w) for w in (Wq, Wk, Wv)]
+    for n in range(B):
+        Yn, An = at.forward(X[n], Wq, Wk, Wv, causal=True)
+        np.testing.assert_allclose(Y[n], Yn, rtol=1e-13, atol=1e-15)
+        gn = at.backward(X[n], Wq, Wk, Wv, An, dY[n], causal=True)
+        np.testing.assert_allclose(g.dX[n], gn.dX, rtol=1e-12, atol=1e-14)
+        for acc, w in zip(dW, gn[1:]):
+            acc += w
+    for got, want in zip(g[1:], dW):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_parameter_count_does_not_depend_on_T():
+    _, Wq, Wk, Wv = make_self(17)
+    S0, H0, Wsa, Wha, va = make_additive(18)
+    counts = set()
+    for t in (3, 9):
+        X = np.random.default_rng(t).normal(size=(t, D_MODEL))
+        Y, A = at.forward(X, Wq, Wk, Wv)
+        assert Y.shape == (t, D_V) and A.shape == (t, t)
+        g = at.backward(X, Wq, Wk, Wv, A, np.ones_like(Y))
+        assert [w.shape for w in g[1:]] == [Wq.shape, Wk.shape, Wv.shape]
+        S, H = (np.random.default_rng(t + k).normal(size=(t, D_H)) for k in (1, 2))
+        assert at.alignment(S, H, Wsa, Wha, va).shape == (t, t)
+        ga = at.alignment_backward(S, H, Wsa, Wha, va, np.ones((t, D_H)))
+        assert [w.shape for w in (ga.dWsa, ga.dWha, ga.dva)] == [Wsa.shape, Wha.shape, va.shape]
+        counts.add((sum(w.size for w in g[1:]), ga.dWsa.size + ga.dWha.size + ga.dva.size))
+    assert counts == {(2 * D_MODEL * D_K + D_MODEL * D_V, 2 * D_A * D_H + D_A)}
+
+
+# ------------------------------------------------------------- additive attention
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nonlinearity", ["tanh", None])
+def test_alignment_matches_naive(dtype, nonlinearity):
+    args = make_additive(20, dtype)
+    alpha = at.alignment(*args, nonlinearity=nonlinearity)
+    assert alpha.shape == (T_Y, T_X)
+    close(alpha, naive.alignment(*args, nonlinearity), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nonlinearity", ["tanh", None])
+def test_alignment_backward_matches_naive(dtype, nonlinearity):
+    args = make_additive(21, dtype)
+    dC = np.random.default_rng(22).normal(size=(T_Y, D_H)).astype(dtype)
+    got = at.alignment_backward(*args, dC, nonlinearity=nonlinearity)
+    want = naive.alignment_backward(*args, dC, nonlinearity)
+    scale = max(np.abs(w).max() for w in want)   # dS, dWsa are 0 without tanh: judge them on this
+    for name, g, w in zip(at.AlignmentGrads._fields, got, want):
+        assert g.shape == w.shape, name
+        close(g, w, dtype, grad=True, scale=scale)
+
+
+@pytest.mark.parametrize("nonlinearity", ["tanh", None])
+def test_alignment_gradients_match_finite_differences(nonlinearity):
+    S, H, Wsa, Wha, va = args = make_additive(23)
+    dC = np.random.default_rng(24).normal(size=(T_Y, D_H))
+
+    def loss():     # l = sum_i dC_i . c_i, so dl/dc_i = dC_i
+        return float((dC * (at.alignment(S, H, Wsa, Wha, va, nonlinearity) @ H)).sum())
+
+    got = at.alignment_backward(*args, dC, nonlinearity=nonlinearity)
+    num = [naive.numeric_grad(loss, arg) for arg in args]
+    scale = max(np.abs(n).max() for n in num)   # dS, dWsa are 0 without tanh: judge them on this
+    for name, n in zip(("dS", "dH", "dWsa", "dWha", "dva"), num):
+        err = naive.rel_err(getattr(got, name), n, scale)
+        assert err <= FD_TOL, f"{name}: relative error {err:.2e}"
+    if nonlinearity is None:    # s_i adds the same to every score of row i: it cannot matter
+        assert np.abs(got.dS).max() <= 1e-12 * scale and np.abs(got.dWsa).max() <= 1e-12 * scale
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_alignment_routes_sum_to_the_gradient(dtype):
+    S, H, Wsa, Wha, va = make_additive(25, dtype)
+    dC = np.random.default_rng(26).normal(size=(T_Y, D_H)).astype(dtype)
+    g = at.alignment_backward(S, H, Wsa, Wha, va, dC)
+    tol = 1e-15 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(g.dH_value + g.dH_score, g.dH, rtol=tol, atol=tol)
+    alpha = at.alignment(S, H, Wsa, Wha, va).astype(np.float64)
+    close(g.dH_value, alpha.T @ dC.astype(np.float64), dtype, grad=True)   # c_i = sum_j alpha_ij h_j
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_alignment_without_tanh_gives_identical_rows(dtype):
+    args = make_additive(27, dtype, t_y=6)
+    alpha = at.alignment(*args, nonlinearity=None)
+    tol = 1e-13 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(alpha, np.broadcast_to(alpha[0], alpha.shape), rtol=tol, atol=tol)
+    with_tanh = at.alignment(*args)
+    assert np.ptp(with_tanh, axis=0).max() > 1e-2   # with tanh the rows do differ
+
+
+@pytest.mark.parametrize("nonlinearity", ["tanh", None])
+def test_alignment_rows_sum_to_one(nonlinearity):
+    S, H, Wsa, Wha, va = make_additive(28)
+    alpha = at.alignment(S * 3, H * 3, Wsa, Wha, va * 5, nonlinearity)
+    np.testing.assert_allclose(alpha.sum(axis=1), 1.0, rtol=0, atol=1e-14)
+
+
+# ------------------------------------------------------------ the lesson's example
+
+def _lesson():
+    T_y, T_x, d_h, d_a = 8, 6, 5, 4
+    rng = np.random.default_rng(4)
+    S = rng.normal(size=(T_y, d_h)) * 0.6
+    H = rng.normal(size=(T_x, d_h)) * 0.6
+    Wsa = rng.normal(size=(d_a, d_h)) * 0.5
+    Wha = rng.normal(size=(d_a, d_h)) * 0.5
+    va = rng.normal(size=d_a) * 0.5
+    G = np.random.default_rng(9).normal(size=(T_y, d_h))
+    return S, H, Wsa, Wha, va, G
+
+
+def test_lesson_alignment_numbers():
+    S, H, Wsa, Wha, va, _ = _lesson()
+    alpha = at.alignment(S, H, Wsa, Wha, va)
+    assert alpha.shape == (8, 6)
+    assert Wsa.size + Wha.size + va.size == 44                  # "pesos: 44"
+    top = alpha.max(axis=1)                                    # "ronda 0.18", uniform 0.167
+    assert np.all((top > 1 / 6) & (top < 0.19)) and abs(top.mean() - 0.18) < 0.005
+    lineal = at.alignment(S, H, Wsa, Wha, va, nonlinearity=None)
+    assert np.allclose(lineal, lineal[0])                       # "todas las filas iguales: True"
+
+
+def test_lesson_gradient_routes():
+    S, H, Wsa, Wha, va, G = _lesson()
+    g = at.alignment_backward(S, H, Wsa, Wha, va, G)
+    assert round(float(np.linalg.norm(g.dH_value)), 4) == 2.8303
+    assert round(float(np.linalg.norm(g.dH_score)), 4) == 0.2556
+
+    def perdida(H):     # the lesson's own NumPy loss, independent of the kernels
+        P = (S @ Wsa.T)[:, None, :] + (H @ Wha.T)[None, :, :]
+        E = np.tanh(P) @ va
+        Z = np.exp(E - E.max(axis=1, keepdims=True))
+        alfa = Z / Z.sum(axis=1, keepdims=True)
+        return float((G * (alfa @ H)).sum())
+
+    num = np.zeros_like(H)
+    for j in range(H.shape[0]):
+        for k in range(H.shape[1]):
+            Hp, Hm = H.copy(), H.copy()
+            Hp[j, k] += 1e-6
+            Hm[j, k] -= 1e-6
+            num[j, k] = (perdida(Hp) - perdida(Hm)) / 2e-6
+    assert np.abs(g.dH_value - num).max() > 0.1                # each route alone: wrong in the first digit
+    assert np.abs(g.dH_score - num).max() > 0.1
+    assert np.abs(g.dH_value + g.dH_score - num).max() < 1e-8  # both: ~1e-10
