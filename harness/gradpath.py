@@ -483,7 +483,8 @@ def clipping_experiment(rhos=DEFAULT.rhos, threshold=DEFAULT.clip_threshold, T=D
 def summarise(frame, fit_from=DEFAULT.fit_from):
     """One row per configuration: fitted rate per step (ln) beside the theory.
 
-    ``fitted_rate`` is the slope of ln ||.|| against k on k >= fit_from*(T-1);
+    ``fitted_rate`` is the slope of ln ||.|| against k on k >= fit_from*(T-1) (on
+    every k for attention);
     ``theory_rate`` is log(rho) for identity (exact on orthogonal W_hh, the asymptote
     on gaussian), 0 for attention (one alpha factor at every k), NaN for tanh, whose
     theory is the bound: ``bound_rate`` = log(sigma_max * gamma), gamma = 1.
@@ -495,7 +496,8 @@ def summarise(frame, fit_from=DEFAULT.fit_from):
     for key, g in frame.groupby(keys, sort=False, dropna=False):
         g = g.sort_values("distance")
         ln = g["log10_norm"].to_numpy() * LN10
-        rate = _fit_rate(ln, fit_from)
+        # attention has no transient to skip: one alpha factor at every k, so fit all of them
+        rate = _fit_rate(ln, fit_from if key[0] == "rnn" else 0.0)
         row = dict(zip(keys, key))
         row["fitted_rate"] = rate
         row["sigma_max"] = float(g["sigma_max"].iloc[0])
