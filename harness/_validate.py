@@ -92,8 +92,13 @@ def available_memory_bytes():
         return 2**63 - 1
 
 
+_SMALL_BYTES = 64 * 2**20    # below this, reading /proc/meminfo costs more than it saves
+
+
 def check_memory(nbytes, what):
     """Raise MemoryError before allocating ``nbytes`` that do not fit."""
+    if nbytes <= _SMALL_BYTES:
+        return
     avail = available_memory_bytes()
     if nbytes > avail:
         raise MemoryError(

@@ -17,6 +17,7 @@ from harness._io import UsageError
 COMMANDS = {
     "decay": "harness.gradpath",
     "depth": "harness.depth",
+    "compare": "harness.compare",
 }
 
 

@@ -68,3 +68,39 @@ def additive_scores(S, H, Wsa, Wha, va, nonlinearity="tanh"):
 
 def alignment(S, H, Wsa, Wha, va, nonlinearity="tanh"):
     return softmax_rows(additive_scores(S, H, Wsa, Wha, va, nonlinearity))
+
+
+def rnn_backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
+    """BPTT as a NumPy step loop; returns (dX, dW_xh, dW_hh, db, dh0)."""
+    T = X.shape[-2]
+    if h0 is None:
+        h0 = np.zeros(H.shape[:-2] + H.shape[-1:], dtype=H.dtype)
+    dA = np.empty_like(H)
+    carry = np.zeros_like(h0)
+    for t in range(T - 1, -1, -1):              # dl/da_t needs dl/da_{t+1}: a loop again
+        g = dH[..., t, :] + carry
+        dA[..., t, :] = g * (1.0 - H[..., t, :] ** 2) if activation == "tanh" else g
+        carry = dA[..., t, :] @ W_hh
+    H_prev = np.concatenate([h0[..., None, :], H[..., :-1, :]], axis=-2)
+    dA2 = dA.reshape(-1, dA.shape[-1])
+    return (dA @ W_xh, dA2.T @ X.reshape(-1, X.shape[-1]), dA2.T @ H_prev.reshape(dA2.shape),
+            dA2.sum(axis=0), carry)
+
+
+def attention_backward(X, Wq, Wk, Wv, A, dY, scale=True):
+    """Self-attention backward with matrix products; returns (dX, dWq, dWk, dWv)."""
+    if Wq is None:
+        Q = K = V = X
+    else:
+        Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    dV = np.swapaxes(A, -1, -2) @ dY
+    dA = dY @ np.swapaxes(V, -1, -2)
+    dE = A * (dA - (dA * A).sum(axis=-1, keepdims=True))
+    if scale:
+        dE = dE / math.sqrt(Q.shape[-1])
+    dQ, dK = dE @ K, np.swapaxes(dE, -1, -2) @ Q
+    if Wq is None:
+        return dQ + dK + dV, None, None, None
+    X2 = X.reshape(-1, X.shape[-1])
+    dQ2, dK2, dV2 = (g.reshape(-1, g.shape[-1]) for g in (dQ, dK, dV))
+    return (dQ @ Wq.T + dK @ Wk.T + dV @ Wv.T, X2.T @ dQ2, X2.T @ dK2, X2.T @ dV2)

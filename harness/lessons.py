@@ -1,0 +1,123 @@
+"""The attention experiments of the lessons, run on the harness kernels.
+
+* Self-attention lesson: without projections every row puts its maximum on its
+  own diagonal (for equal-norm tokens), more sharply as the tokens get longer;
+  with projections positions look at each other; unscaled row maxima saturate
+  as d_k grows while scaled ones grow slowly.
+* Additive-attention lesson: an untrained alignment is nearly uniform; without
+  tanh every row is the same.
+
+Each function returns a tidy DataFrame, one row per observation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from harness import attention
+
+# The six tokens of the self-attention lesson's grid.
+SENTENCE = ("las", "llaves", "del", "coche", "están", "ahí")
+
+
+@dataclasses.dataclass(frozen=True)
+class LessonConfig:
+    d_model: int = 16                     # token width of the attention-map experiment
+    token_lengths: tuple = (1.0, 3.0)     # the lesson's length 1 and "three times longer"
+    d_k_values: tuple = (8, 16, 32, 64, 128, 256, 512)
+    seed: int = 0
+    # additive-attention lesson: default_rng(4), T_y=8, T_x=6, d_h=5, d_a=4 and its scales
+    additive_seed: int = 4
+    additive_shape: tuple = (8, 6, 5, 4)  # T_y, T_x, d_h, d_a
+    additive_scales: tuple = (0.6, 0.6, 0.5, 0.5, 0.5)   # S, H, Wsa, Wha, va
+
+
+def _tokens(config):
+    rng = np.random.default_rng(config.seed)
+    X = rng.normal(size=(len(SENTENCE), config.d_model))
+    return X / np.linalg.norm(X, axis=1, keepdims=True)   # equal norms: the lesson's assumption
+
+
+def self_attention_maps(config=LessonConfig()):
+    """Attention maps of the lesson's sentence: no projections at each token length, then projected.
+
+    Columns: setting, length, query, key, i, j, weight.
+    """
+    X = _tokens(config)
+    rng = np.random.default_rng(config.seed + 1)
+    d = config.d_model
+    Wq, Wk, Wv = (rng.normal(size=(d, d)) / np.sqrt(d) for _ in range(3))
+    runs = [(f"no projections, length {r:g}", r, None) for r in config.token_lengths]
+    runs.append((f"with projections, length {config.token_lengths[0]:g}",
+                 config.token_lengths[0], (Wq, Wk, Wv)))
+    rows = []
+    for setting, r, W in runs:
+        # no projections is the bare dot product x_i . x_j, as the lesson writes it
+        _, A = attention.forward(r * X, *(W or (None, None, None)), scale=W is not None)
+        for i, q in enumerate(SENTENCE):
+            for j, k in enumerate(SENTENCE):
+                rows.append({"setting": setting, "length": r, "query": q, "key": k,
+                             "i": i, "j": j, "weight": float(A[i, j])})
+    return pd.DataFrame(rows)
+
+
+def diagonal_share(maps):
+    """Per setting: how many rows put their maximum on the diagonal, and the mean self-weight."""
+    out = []
+    for setting, g in maps.groupby("setting", sort=False):
+        A = g.pivot(index="i", columns="j", values="weight").to_numpy()
+        out.append({"setting": setting, "rows": A.shape[0],
+                    "rows_max_on_diagonal": int((A.argmax(axis=1) == np.arange(A.shape[0])).sum()),
+                    "mean_self_weight": float(np.diag(A).mean())})
+    return pd.DataFrame(out)
+
+
+def row_max_vs_dk(config=LessonConfig()):
+    """Mean row maximum of softmax(Q K^T) for random Q, K as d_k grows, scaled and unscaled.
+
+    The same random vectors throughout: d_k = 8 uses the first 8 coordinates of
+    the d_k = 512 draw. Columns: d_k, scaled, row_max.
+    """
+    T = len(SENTENCE)
+    rng = np.random.default_rng(config.seed)
+    d_max = max(config.d_k_values)
+    Q_all, K_all = rng.normal(size=(T, d_max)), rng.normal(size=(T, d_max))
+    rows = []
+    for d_k in config.d_k_values:
+        Q, K = Q_all[:, :d_k], K_all[:, :d_k]
+        for scaled in (False, True):
+            # Q = K-side inputs with identity "projections" would square them, so score directly
+            E = Q @ K.T / (np.sqrt(d_k) if scaled else 1.0)
+            A = np.exp(E - E.max(axis=1, keepdims=True))
+            A /= A.sum(axis=1, keepdims=True)
+            rows.append({"d_k": d_k, "scaled": scaled, "row_max": float(A.max(axis=1).mean())})
+    return pd.DataFrame(rows)
+
+
+def additive_lesson_inputs(config=LessonConfig(), va_scale=None):
+    """S, H, Wsa, Wha, va drawn exactly as the additive-attention lesson draws them."""
+    T_y, T_x, d_h, d_a = config.additive_shape
+    sS, sH, sWsa, sWha, sva = config.additive_scales
+    rng = np.random.default_rng(config.additive_seed)
+    S = rng.normal(size=(T_y, d_h)) * sS
+    H = rng.normal(size=(T_x, d_h)) * sH
+    Wsa = rng.normal(size=(d_a, d_h)) * sWsa
+    Wha = rng.normal(size=(d_a, d_h)) * sWha
+    va = rng.normal(size=d_a) * (sva if va_scale is None else va_scale)
+    return S, H, Wsa, Wha, va
+
+
+def additive_maps(config=LessonConfig()):
+    """The untrained additive alignment with and without tanh. Columns: setting, i, j, weight, uniform."""
+    S, H, Wsa, Wha, va = additive_lesson_inputs(config)
+    rows = []
+    for setting, nl in (("tanh", "tanh"), ("no tanh", None)):
+        alpha = attention.alignment(S, H, Wsa, Wha, va, nonlinearity=nl)
+        for i in range(alpha.shape[0]):
+            for j in range(alpha.shape[1]):
+                rows.append({"setting": setting, "i": i, "j": j, "weight": float(alpha[i, j]),
+                             "uniform": 1.0 / alpha.shape[1]})
+    return pd.DataFrame(rows)
