@@ -1,0 +1,432 @@
+"""The public boundary of every kernel: bad input gets a clear error and nothing else,
+good input is never written to, non-contiguous input works without a warning, and
+the output dtype is the input dtype.
+
+One registry, CALLS, builds valid arguments for each public function; every
+bad-input case of issue 2's table is a parametrised test of its own, per
+function and per argument.
+"""
+
+from __future__ import annotations
+
+import re
+import tracemalloc
+import warnings
+
+import numba.core.errors
+import numpy as np
+import pytest
+
+from harness import _validate
+from harness import attention as at
+from harness import rnn
+
+T, D_IN, D_H, B = 5, 3, 4, 2          # RNN
+D_MODEL, D_K, D_V = 4, 3, 2            # self-attention
+T_Y, T_X, D_A = 4, 5, 2                # additive attention (d_h = D_H - 1 = 3)
+
+
+def _rnn_fwd(dtype, batched):
+    rng = np.random.default_rng(0)
+    lead = (B, T) if batched else (T,)
+    return dict(X=rng.normal(size=lead + (D_IN,)), W_xh=rng.normal(size=(D_H, D_IN)) * 0.5,
+                W_hh=rng.normal(size=(D_H, D_H)) * 0.4, b=rng.normal(size=D_H),
+                h0=rng.normal(size=(B, D_H) if batched else D_H))
+
+
+def _rnn_bwd(dtype, batched):
+    kw = _rnn_fwd(dtype, batched)
+    H = rnn.forward(**kw)
+    del kw["b"]
+    return dict(kw, H=H, dH=np.random.default_rng(1).normal(size=H.shape))
+
+
+def _att_fwd(dtype, batched):
+    rng = np.random.default_rng(2)
+    lead = (B, T) if batched else (T,)
+    return dict(X=rng.normal(size=lead + (D_MODEL,)), Wq=rng.normal(size=(D_MODEL, D_K)),
+                Wk=rng.normal(size=(D_MODEL, D_K)), Wv=rng.normal(size=(D_MODEL, D_V)))
+
+
+def _att_bwd(dtype, batched):
+    kw = _att_fwd(dtype, batched)
+    Y, A = at.forward(**kw)
+    return dict(kw, A=A, dY=np.random.default_rng(3).normal(size=Y.shape))
+
+
+def _align(dtype, batched):
+    rng = np.random.default_rng(4)
+    d_h = D_H - 1
+    return dict(S=rng.normal(size=(T_Y, d_h)), H=rng.normal(size=(T_X, d_h)),
+                Wsa=rng.normal(size=(D_A, d_h)), Wha=rng.normal(size=(D_A, d_h)),
+                va=rng.normal(size=D_A))
+
+
+def _align_bwd(dtype, batched):
+    return dict(_align(dtype, batched), dC=np.random.default_rng(5).normal(size=(T_Y, D_H - 1)))
+
+
+# name -> (function, builder, its array arguments in the order the function checks them,
+#          whether it takes a batch)
+CALLS = {
+    "rnn.forward": (rnn.forward, _rnn_fwd, ["X", "W_xh", "W_hh", "b", "h0"], True),
+    "rnn.backward": (rnn.backward, _rnn_bwd, ["X", "H", "W_xh", "W_hh", "dH", "h0"], True),
+    "attention.forward": (at.forward, _att_fwd, ["X", "Wq", "Wk", "Wv"], True),
+    "attention.backward": (at.backward, _att_bwd, ["X", "Wq", "Wk", "Wv", "A", "dY"], True),
+    "attention.alignment": (at.alignment, _align, ["S", "H", "Wsa", "Wha", "va"], False),
+    "attention.alignment_backward": (at.alignment_backward, _align_bwd,
+                                     ["S", "H", "Wsa", "Wha", "va", "dC"], False),
+}
+
+
+def build(call, dtype=np.float64, batched=False):
+    fn, make, _, _ = CALLS[call]
+    kw = make(dtype, batched)
+    return fn, {k: v.astype(dtype) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+
+
+def raises(exc, fn, kw, *fragments):
+    """fn(**kw) raises exactly ``exc`` (never a Numba error) whose message holds every fragment."""
+    with pytest.raises(Exception) as info:
+        fn(**kw)
+    err = info.value
+    assert not isinstance(err, numba.core.errors.NumbaError), repr(err)
+    assert type(err) is exc, repr(err)
+    msg = str(err)
+    for frag in fragments:
+        assert frag in msg, f"{frag!r} not in {msg!r}"
+    return msg
+
+
+ARGS = [(call, arg) for call, (_, _, args, _) in CALLS.items() for arg in args]
+ARG_IDS = [f"{c}-{a}" for c, a in ARGS]
+
+
+# ------------------------------------------------------------------- wrong ndim
+
+@pytest.mark.parametrize("call,arg", ARGS, ids=ARG_IDS)
+def test_wrong_ndim_names_the_argument_and_its_shape(call, arg):
+    fn, kw = build(call)
+    bad = kw[arg][None, None]                 # two extra axes: never an accepted ndim
+    kw[arg] = bad
+    raises(ValueError, fn, kw, arg, str(bad.shape))
+
+
+@pytest.mark.parametrize("call", ["rnn.forward", "attention.forward", "attention.alignment"])
+def test_zero_dimensional_input_is_a_value_error(call):
+    fn, kw = build(call)
+    first = CALLS[call][2][0]
+    kw[first] = np.float64(1.0)
+    raises(ValueError, fn, kw, first)
+
+
+# ------------------------------------------------------------- mismatched shapes
+
+# (call, argument, batched, new shape as a function of the valid one, expected shape in the message)
+MISMATCH = [
+    ("rnn.forward", "W_xh", False, lambda s: (s[0], s[1] + 1), f"({D_H}, {D_IN})"),
+    ("rnn.forward", "W_hh", False, lambda s: (s[0], s[1] + 1), f"({D_H}, {D_H})"),
+    ("rnn.forward", "b", False, lambda s: (s[0] + 1,), f"({D_H},)"),
+    ("rnn.forward", "h0", False, lambda s: (s[0] + 1,), f"({D_H},)"),
+    ("rnn.forward", "h0", True, lambda s: (s[0] + 1, s[1]), f"({B}, {D_H})"),
+    ("rnn.forward", "h0", True, lambda s: (s[1] + 1,), f"({D_H},)"),
+    ("rnn.backward", "H", False, lambda s: (s[0] + 1, s[1]), f"({T}, {D_H})"),
+    ("rnn.backward", "H", True, lambda s: (s[0], s[1], s[2] + 1), f"({B}, {T}, {D_H})"),
+    ("rnn.backward", "dH", False, lambda s: (s[0], s[1] + 1), f"({T}, {D_H})"),
+    ("rnn.backward", "W_xh", False, lambda s: (s[0], s[1] + 1), f"({D_H}, {D_IN})"),
+    ("rnn.backward", "h0", True, lambda s: (s[0] + 1, s[1]), f"({B}, {D_H})"),
+    ("attention.forward", "Wq", False, lambda s: (s[0] + 1, s[1]), f"({D_MODEL}, "),
+    ("attention.forward", "Wk", False, lambda s: (s[0], s[1] + 1), f"({D_MODEL}, {D_K})"),
+    ("attention.forward", "Wv", False, lambda s: (s[0] + 1, s[1]), f"({D_MODEL}, "),
+    ("attention.backward", "Wk", True, lambda s: (s[0] + 1, s[1]), f"({D_MODEL}, {D_K})"),
+    ("attention.backward", "A", False, lambda s: (s[0], s[1] + 1), f"({T}, {T})"),
+    ("attention.backward", "A", True, lambda s: (s[0], s[1], s[2] + 1), f"({B}, {T}, {T})"),
+    ("attention.backward", "dY", False, lambda s: (s[0], s[1] + 1), f"({T}, {D_V})"),
+    ("attention.backward", "dY", True, lambda s: (s[0] + 1, s[1], s[2]), f"({B}, {T}, {D_V})"),
+    ("attention.alignment", "H", False, lambda s: (s[0], s[1] + 1), f"(T_x, {D_H - 1})"),
+    ("attention.alignment", "Wsa", False, lambda s: (s[0], s[1] + 1), f"(d_a, {D_H - 1})"),
+    ("attention.alignment", "Wha", False, lambda s: (s[0] + 1, s[1]), f"({D_A}, {D_H - 1})"),
+    ("attention.alignment", "va", False, lambda s: (s[0] + 1,), f"({D_A},)"),
+    ("attention.alignment_backward", "dC", False, lambda s: (s[0] + 1, s[1]), f"({T_Y}, {D_H - 1})"),
+]
+
+
+@pytest.mark.parametrize("call,arg,batched,reshape,expected", MISMATCH,
+                         ids=[f"{c}-{a}-{'batched' if b else 'single'}-{i}"
+                              for i, (c, a, b, _, _) in enumerate(MISMATCH)])
+def test_mismatched_shape_names_the_argument_and_both_shapes(call, arg, batched, reshape, expected):
+    fn, kw = build(call, batched=batched)
+    shape = reshape(kw[arg].shape)
+    kw[arg] = np.random.default_rng(6).normal(size=shape)
+    # the shape the user passed, not an internal reshaping of it
+    raises(ValueError, fn, kw, arg, expected, str(shape))
+
+
+def test_projections_all_or_none():
+    fn, kw = build("attention.forward")
+    kw["Wk"] = None
+    raises(ValueError, fn, kw, "Wq, Wk and Wv")
+
+
+# ----------------------------------------------------------------------- dtypes
+
+def _as(dtype_name, x):
+    if dtype_name == "object":
+        return x.astype(object)
+    return (x * 3).astype(dtype_name)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "complex128", "object", "float16", "bool"])
+@pytest.mark.parametrize("call,arg", ARGS, ids=ARG_IDS)
+def test_non_float_dtype_is_a_type_error_saying_what_to_pass(call, arg, dtype):
+    fn, kw = build(call)
+    kw[arg] = _as(dtype, kw[arg])
+    raises(TypeError, fn, kw, arg, "float32 or float64", "astype")
+
+
+@pytest.mark.parametrize("odd", [np.float32, np.float64])
+@pytest.mark.parametrize("call,arg", ARGS, ids=ARG_IDS)
+def test_mixed_dtypes_are_a_type_error(call, arg, odd):
+    rest = np.float32 if odd == np.float64 else np.float64
+    fn, kw = build(call, rest)
+    kw[arg] = kw[arg].astype(odd)
+    # the first argument sets the dtype: when it is the odd one, another argument is named
+    named = [arg] if arg != CALLS[call][2][0] else []
+    raises(TypeError, fn, kw, *named, "astype", "mixed")
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_something_that_is_not_an_array_is_a_type_error(call):
+    fn, kw = build(call)
+    first = CALLS[call][2][0]
+    kw[first] = {"not": "an array"}
+    raises(TypeError, fn, kw, first)
+
+
+# ------------------------------------------------------------------ NaN and inf
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("call,arg", ARGS, ids=ARG_IDS)
+def test_non_finite_input_names_the_argument(call, arg, value):
+    fn, kw = build(call)
+    bad = kw[arg].copy()
+    bad.flat[bad.size // 2] = value
+    kw[arg] = bad
+    raises(ValueError, fn, kw, arg, "NaN or inf")
+
+
+# ------------------------------------------------------------ T = 0, zero widths
+
+ZERO = [(call, arg, axis, batched)
+        for call, (_, make, args, takes_batch) in CALLS.items()
+        for batched in ((False, True) if takes_batch else (False,))
+        for arg in args
+        for axis in range(make(np.float64, batched)[arg].ndim)]
+
+
+@pytest.mark.parametrize("call,arg,axis,batched", ZERO,
+                         ids=[f"{c}-{a}-axis{x}-{'batched' if b else 'single'}" for c, a, x, b in ZERO])
+def test_zero_length_axis_names_the_argument(call, arg, axis, batched):
+    fn, kw = build(call, batched=batched)
+    shape = list(kw[arg].shape)
+    shape[axis] = 0
+    kw[arg] = np.zeros(shape)
+    raises(ValueError, fn, kw, arg, "zero-length")
+
+
+# ---------------------------------------------------------------------- memory
+
+def _needed(msg):
+    m = re.search(r"needs ([\d,]+) bytes", msg)
+    assert m, msg
+    return int(m.group(1).replace(",", ""))
+
+
+N = 4096      # one float64 T x T grid at T = N is 128 MiB: past any "too small to check" shortcut
+MEMORY = [   # call, arguments, the bytes at least one T x T (or T_y x T_x) grid takes
+    ("attention.forward", lambda: dict(X=np.ones((N, 1))), N * N * 8),
+    ("attention.forward-batched", lambda: dict(X=np.ones((3, N // 2, 1))), 3 * (N // 2) ** 2 * 8),
+    ("attention.backward", lambda: dict(X=np.ones((N, 1)), Wq=None, Wk=None, Wv=None,
+                                        A=np.full((N, N), 1.0 / N), dY=np.ones((N, 1))),
+     N * N * 8),
+    ("attention.alignment", lambda: dict(S=np.ones((N, 1)), H=np.ones((N, 1)),
+                                         Wsa=np.ones((1, 1)), Wha=np.ones((1, 1)), va=np.ones(1)),
+     N * N * 8),
+    ("attention.alignment_backward", lambda: dict(S=np.ones((N, 1)), H=np.ones((N, 1)),
+                                                  Wsa=np.ones((1, 1)), Wha=np.ones((1, 1)),
+                                                  va=np.ones(1), dC=np.ones((N, 1))),
+     N * N * 8),
+    ("rnn.forward", lambda: dict(X=np.ones((2, 2 ** 18, 1)), W_xh=np.ones((64, 1)),
+                                 W_hh=np.eye(64) * 0.5), 2 * 2 ** 18 * 64 * 8),
+]
+
+
+@pytest.mark.parametrize("call,make,at_least", MEMORY, ids=[m[0] for m in MEMORY])
+def test_too_big_is_a_memory_error_before_allocating(monkeypatch, call, make, at_least):
+    fn = CALLS[call.replace("-batched", "")][0]
+    kw = make()
+    monkeypatch.setattr(_validate, "available_memory_bytes", lambda: 4096)
+    tracemalloc.start()
+    try:
+        msg = raises(MemoryError, fn, kw, "bytes")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert _needed(msg) >= at_least
+    # nothing the size of the grid was allocated before the error: numpy reports to tracemalloc
+    assert peak < at_least / 2, f"{peak:,} bytes allocated before the MemoryError"
+
+
+def test_memory_check_sees_the_real_machine():
+    # Without the patch, T = 2**17 asks for 128 GiB per T x T float64 grid, more than any CI box has.
+    avail = _validate.available_memory_bytes()
+    if avail > 2 ** 37:
+        pytest.skip(f"this machine has {avail:,} bytes available")
+    X = np.ones((2 ** 17, 1))
+    msg = raises(MemoryError, at.forward, dict(X=X), "bytes")
+    assert _needed(msg) >= 2 ** 34 * 8
+
+
+# --------------------------------------------------------------- choice arguments
+
+@pytest.mark.parametrize("bad", ["relu", "Tanh", "", None, "linear"])
+@pytest.mark.parametrize("call", ["rnn.forward", "rnn.backward"])
+def test_bad_activation_name(call, bad):
+    fn, kw = build(call)
+    kw["activation"] = bad
+    raises(ValueError, fn, kw, "activation", repr(bad))
+
+
+@pytest.mark.parametrize("bad", ["relu", "TANH", "identity", "none", 0])
+@pytest.mark.parametrize("call", ["attention.alignment", "attention.alignment_backward"])
+def test_bad_nonlinearity_name(call, bad):
+    fn, kw = build(call)
+    kw["nonlinearity"] = bad
+    raises(ValueError, fn, kw, "nonlinearity", repr(bad))
+
+
+@pytest.mark.parametrize("flag", ["scale", "causal"])
+@pytest.mark.parametrize("bad", ["yes", 1, None, np.float64(1.0)])
+@pytest.mark.parametrize("call", ["attention.forward", "attention.backward"])
+def test_scale_and_causal_must_be_booleans(call, flag, bad):
+    fn, kw = build(call)
+    kw[flag] = bad
+    raises(TypeError, fn, kw, flag)
+
+
+# ---------------------------------------------------------- nothing from Numba escapes
+
+GARBAGE = [np.float64(2.0), [[1.0, 2.0]], np.ones((2, 2, 2, 2)), np.ones((1, 1)), np.ones(7),
+           np.ones((3, 3), dtype=np.float32), np.array([["a", "b"]]), (1.0, 2.0), 3.0]
+
+
+@pytest.mark.parametrize("g", range(len(GARBAGE)))
+@pytest.mark.parametrize("call,arg", ARGS, ids=ARG_IDS)
+def test_no_numba_error_ever_escapes(call, arg, g):
+    fn, kw = build(call)
+    kw[arg] = GARBAGE[g]
+    try:
+        fn(**kw)
+    except (ValueError, TypeError, MemoryError) as err:
+        assert not isinstance(err, numba.core.errors.NumbaError), repr(err)
+        assert "numba" not in str(err).lower(), str(err)
+
+
+# --------------------------------------------------- inputs untouched, layouts, dtypes
+
+def _fortran(x):
+    return np.asfortranarray(x)
+
+
+def _strided(x):
+    big = np.zeros(tuple(2 * n for n in x.shape), dtype=x.dtype)
+    view = big[tuple(slice(None, None, 2) for _ in x.shape)]
+    view[...] = x
+    return view
+
+
+def _reversed(x):
+    return np.ascontiguousarray(x[::-1])[::-1]
+
+
+def _transposed(x):
+    return np.ascontiguousarray(x.T).T
+
+
+LAYOUTS = {"C": lambda x: x, "F": _fortran, "strided": _strided, "negative": _reversed,
+           "transposed": _transposed}
+
+
+def _arrays(out):
+    if isinstance(out, np.ndarray):
+        return [out]
+    return [a for a in out if isinstance(a, np.ndarray)]
+
+
+CALL_BATCH = [(call, batched) for call, (_, _, _, takes_batch) in CALLS.items()
+              for batched in ((False, True) if takes_batch else (False,))]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("call,batched", CALL_BATCH)
+def test_inputs_unchanged_any_layout_no_warning_same_dtype(call, batched, dtype, layout):
+    fn, kw = build(call, dtype, batched)
+    want = [a.copy() for a in _arrays(fn(**kw))]
+    kw = {k: LAYOUTS[layout](v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+    if layout != "C":
+        assert any(not v.flags.c_contiguous for v in kw.values() if isinstance(v, np.ndarray) and v.ndim > 1)
+    before = {k: v.copy() for k, v in kw.items() if isinstance(v, np.ndarray)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _arrays(fn(**kw))
+    for k, v in before.items():
+        np.testing.assert_array_equal(kw[k], v, err_msg=f"{call} wrote to {k}")
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == np.dtype(dtype)
+        tol = 1e-13 if dtype == np.float64 else 1e-6
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("call,batched", CALL_BATCH)
+def test_read_only_inputs_work(call, batched):
+    # A kernel that wrote to an argument would fail here (or be refused by Numba).
+    fn, kw = build(call, np.float64, batched)
+    want = _arrays(fn(**kw))
+    for v in kw.values():
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _arrays(fn(**kw))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_without_projections_keeps_dtype_and_inputs(dtype):
+    X = np.asfortranarray(np.random.default_rng(7).normal(size=(B, T, D_MODEL)).astype(dtype))
+    X0 = X.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Y, A = at.forward(X, causal=True)
+        g = at.backward(X, None, None, None, A, np.ones_like(Y), causal=True)
+    np.testing.assert_array_equal(X, X0)
+    assert Y.dtype == A.dtype == g.dX.dtype == np.dtype(dtype)
+    assert g.dWq is None and g.dWk is None and g.dWv is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rnn_shared_h0_keeps_dtype_and_inputs(dtype):
+    kw = {k: v.astype(dtype) for k, v in _rnn_fwd(dtype, True).items()}
+    kw["h0"] = kw["h0"][0][::-1]                      # (d_h,), negative stride, shared by the batch
+    before = {k: v.copy() for k, v in kw.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        H = rnn.forward(**kw)
+        g = rnn.backward(kw["X"], H, kw["W_xh"], kw["W_hh"], np.ones_like(H), kw["h0"])
+    for k, v in before.items():
+        np.testing.assert_array_equal(kw[k], v)
+    assert g.dh0.shape == (D_H,)
+    assert all(a.dtype == np.dtype(dtype) for a in (H,) + tuple(g))
