@@ -66,14 +66,17 @@ class DepthConfig:
     repeats: int = 3                                    # best of, after one warm-up call
     seed: int = 0                                       # inputs from default_rng(seed)
     fit_min_T: int = 128                                # exponents fitted where overheads stop dominating
+    min_seconds: float = 0.05                           # keep calling a short kernel until this much ran
+    max_calls: int = 50                                 # ... but never more calls than this
 
 
 CONFIG = DepthConfig()
 
 
 def default_processors(d):
-    """P from 1 to 10^7: powers of ten, plus d, d^2 and the lesson's 800."""
-    return tuple(sorted({1, 10, 100, 800, 1000, 10**4, 10**5, 10**6, 10**7, d, d * d}))
+    """P from 1 to 10^7: powers of ten, plus d, 2d, 4d, d^2 and the lesson's 800."""
+    return tuple(sorted({1, 10, 100, 800, 1000, 10**4, 10**5, 10**6, 10**7,
+                         d, 2 * d, 4 * d, d * d}))
 
 
 # ----------------------------------------------------------------------------- counts
@@ -402,6 +405,7 @@ def schedule(model, T, d, processors=None, grain="scalar", tr=None):
     t1 = tg.work  # one processor does the work, nothing else: T_1 = W
     frame["speedup"] = t1 / frame["time"]
     frame["efficiency"] = frame["speedup"] / frame["P"]
+    frame["time_over_span"] = frame["time"] / frame["span"]   # the most more processors can buy
     return frame
 
 
@@ -439,12 +443,19 @@ def _kernels():
     return rnn, attention
 
 
+# what is timed: the RNN; attention on Q = K = V = X (grid + mix only, the lessons'
+# comparison, counted crossover T = d); attention with its three projections
+TIMED = ("rnn", "attention", "attention+proj")
+
+
 def _inputs(model, T, d, rng, dtype=np.float64):
     X = rng.standard_normal((T, d)).astype(dtype)            # (T, d)
     s = 1 / math.sqrt(d)                                      # keeps tanh out of saturation
     if model == "rnn":
         return (X, (rng.standard_normal((d, d)) * s).astype(dtype),   # W_xh (d_h, d_in)
                 (rng.standard_normal((d, d)) * s).astype(dtype))      # W_hh (d_h, d_h)
+    if model == "attention":
+        return (X * s,)                                               # Q = K = V = X
     return (X,) + tuple((rng.standard_normal((d, d)) * s).astype(dtype) for _ in range(3))
 
 
@@ -453,71 +464,99 @@ def _forward(model):
     return rnn.forward if model == "rnn" else attention.forward
 
 
+def timed_macs(model, T, d):
+    """Multiplications the timed kernel call does (closed form, checked against the trace)."""
+    parts = closed_form_macs("rnn" if model == "rnn" else "attention", T, d)
+    if model == "attention":
+        parts.pop("projections")
+    return sum(parts.values())
+
+
 def time_forward(model, T, d, repeats=CONFIG.repeats, seed=CONFIG.seed):
-    """Best-of-``repeats`` seconds of one compiled forward; compiles on a tiny input first."""
-    f = _forward(_check_model(model))
+    """Best-of-``repeats`` seconds of one compiled forward; compiles on a tiny input first.
+
+    ``model``: 'rnn', 'attention' (Q = K = V = X) or 'attention+proj'.
+    """
+    if model not in TIMED:
+        raise ValueError(f"model must be one of {list(TIMED)!r}, got {model!r}.")
+    f = _forward(model)
     rng = np.random.default_rng(seed)
     f(*_inputs(model, 2, 2, rng))                            # warm-up: compile outside the clock
     args = _inputs(model, T, d, rng)
     f(*args)                                                 # touch memory and caches once
-    best = math.inf
-    for _ in range(repeats):
+    best, spent, n = math.inf, 0.0, 0
+    # at least ``repeats`` calls and CONFIG.min_seconds of them: short calls are noisy
+    while n < repeats or (spent < CONFIG.min_seconds and n < CONFIG.max_calls):
         t0 = time.perf_counter()
         f(*args)
-        best = min(best, time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        best, spent, n = min(best, dt), spent + dt, n + 1
     return best
 
 
 def measure_wall_times(T_values=CONFIG.measure_T, d=CONFIG.d, repeats=CONFIG.repeats,
                        threads=None, seed=CONFIG.seed):
-    """Wall time of both compiled forwards over T: model, T, d, threads, seconds, per step, MAC rate.
+    """Wall time of the compiled forwards over T: model, T, d, threads, seconds, per step, MAC rate.
 
-    ``macs_all`` counts every product the kernel does (attention includes its projections).
+    model is 'rnn', 'attention' (Q = K = V = X: grid + mix) or 'attention+proj';
+    ``macs`` counts every product the timed call does.
     """
     from harness import machine
     threads = os.cpu_count() if threads is None else threads
     rows = []
     with machine.threads(threads):
-        for model in MODELS:
+        for model in TIMED:
             for T in T_values:
                 sec = time_forward(model, T, d, repeats, seed)
-                macs_all = sum(closed_form_macs(model, T, d).values())
+                macs = timed_macs(model, T, d)
                 rows.append(dict(model=model, T=T, d=d, threads=threads, seconds=sec,
-                                 seconds_per_step=sec / T, macs_all=macs_all,
-                                 gmacs_per_s=macs_all / sec / 1e9))
+                                 seconds_per_step=sec / T, macs=macs,
+                                 gmacs_per_s=macs / sec / 1e9))
     return pd.DataFrame(rows)
 
 
-def measured_crossover(times):
-    """Where attention's measured time overtakes the RNN's, against the counted T = d.
+def measured_crossover(times, min_T=CONFIG.fit_min_T):
+    """Where attention's measured time overtakes the RNN's, against the counted crossover.
 
-    Interpolates log(t_att / t_rnn) linearly in log T between the two sampled T
-    that bracket the sign change. Returns a one-row-per-d DataFrame with the
-    counted crossovers (grid only: T = d; with projections: none, attention
-    always does more products), the measured one (NaN if not inside the
-    sweep), and the GEMM/matrix-vector throughput ratio that explains the gap.
+    One row per (d, attention variant). ``measured_T``: log(t_att / t_rnn)
+    interpolated linearly in log T between the two sampled T that bracket the
+    sign change (NaN if the sweep does not bracket it). ``extrapolated_T``: the
+    same from power laws fitted for T >= ``min_T`` (used when the sweep ends
+    first). ``counted_T``: d for the grid (2 T^2 d = 2 T d^2); none with the
+    projections, which alone already cost 1.5 x the RNN. ``predicted_T`` =
+    d x (GEMM MAC rate / matrix-vector MAC rate): the counted crossover moved by
+    how much faster each of attention's multiplications runs.
     """
     rows = []
     for d, g in times.groupby("d"):
         w = g.pivot(index="T", columns="model", values="seconds").sort_index()
-        r = np.log(w["attention"] / w["rnn"])
+        rate = g.pivot(index="T", columns="model", values="gmacs_per_s").sort_index()
         Ts = w.index.to_numpy(dtype=float)
-        cross = math.nan
-        for i in range(1, len(Ts)):
-            if r.iloc[i - 1] < 0 <= r.iloc[i]:
-                f = -r.iloc[i - 1] / (r.iloc[i] - r.iloc[i - 1])
-                cross = math.exp(math.log(Ts[i - 1]) + f * (math.log(Ts[i]) - math.log(Ts[i - 1])))
-                break
-        if math.isnan(cross) and len(r) and r.iloc[0] >= 0:
-            cross = -math.inf     # attention slower already at the smallest T
-        rate = g.pivot(index="T", columns="model", values="gmacs_per_s")
-        Tmax = rate.index.max()
-        rows.append(dict(d=d, counted_T_grid=d, measured_T=cross,
-                         measured_over_counted=cross / d,
-                         attention_gmacs_per_s=float(rate.loc[Tmax, "attention"]),
-                         rnn_gmacs_per_s=float(rate.loc[Tmax, "rnn"]),
-                         gemm_over_matvec=float(rate.loc[Tmax, "attention"] / rate.loc[Tmax, "rnn"]),
-                         at_T=int(Tmax)))
+        for variant in [m for m in ("attention", "attention+proj") if m in w.columns]:
+            r = np.log(w[variant] / w["rnn"]).to_numpy()
+            cross = math.nan
+            for i in range(1, len(Ts)):
+                if r[i - 1] < 0 <= r[i]:
+                    f = -r[i - 1] / (r[i] - r[i - 1])
+                    cross = math.exp(math.log(Ts[i - 1]) + f * math.log(Ts[i] / Ts[i - 1]))
+                    break
+            if math.isnan(cross) and len(r) and r[0] >= 0:
+                cross = Ts[0]          # attention already slower at the smallest T
+            upper = Ts >= min(min_T, Ts.max())
+            pa = np.polyfit(np.log(Ts[upper]), np.log(w[variant].to_numpy()[upper]), 1)
+            pr = np.polyfit(np.log(Ts[upper]), np.log(w["rnn"].to_numpy()[upper]), 1)
+            # a T^p = b T^q  ->  log T = (log b - log a) / (p - q)
+            extra = (math.exp((pr[1] - pa[1]) / (pa[0] - pr[0]))
+                     if pa[0] > pr[0] else math.inf)
+            Tmax = rate.index.max()
+            speed = float(rate.loc[Tmax, variant] / rate.loc[Tmax, "rnn"])
+            counted = d if variant == "attention" else math.nan
+            rows.append(dict(
+                d=d, variant=variant, counted_T=counted, measured_T=cross,
+                extrapolated_T=extra,
+                measured_over_counted=(cross if not math.isnan(cross) else extra) / d,
+                gemm_over_matvec=speed, predicted_T=d * speed if variant == "attention" else math.nan,
+                rate_at_T=int(Tmax)))
     return pd.DataFrame(rows)
 
 
@@ -542,7 +581,7 @@ def strong_scaling(T=CONFIG.scaling_T, d=CONFIG.d, thread_counts=None, repeats=C
     rows = []
     for n in thread_counts:
         with machine.threads(n):
-            for model in MODELS:
+            for model in TIMED:
                 rows.append(dict(model=model, T=T, d=d, threads=n,
                                  seconds=time_forward(model, T, d, repeats, seed)))
     frame = pd.DataFrame(rows)
@@ -620,9 +659,9 @@ def _validate(args):
     return ensure_writable_dir(args.out, "--out") if args.out is not None else None
 
 
-def _print(title, frame, out=sys.stdout):
-    print(f"\n{title}", file=out)
-    print(frame.to_string(index=False), file=out)
+def _print(title, frame):
+    print(f"\n{title}")
+    print(frame.to_string(index=False))
 
 
 def run(args):
@@ -657,9 +696,10 @@ def run(args):
            wide.reset_index())
     _print("where T_P stops falling (within 1% of its floor)", plateau_P(sched))
     if 800 in set(args.schedule_T) and 800 in processors:
-        _print("the lesson's case: 800 tokens on 800 processors",
+        _print("the lesson's case: 800 tokens on 800 processors (time_over_span: the most that any "
+               "number of further processors could still buy)",
                sched[(sched["T"] == 800) & (sched["P"] == 800)][
-                   ["model", "grain", "P", "time", "span", "work", "speedup"]])
+                   ["model", "grain", "P", "time", "span", "work", "speedup", "time_over_span"]])
 
     if not args.no_measure:
         from harness import machine

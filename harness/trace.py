@@ -153,9 +153,11 @@ def _broadcast_axes(*xs):
     for i in range(1, nd + 1):
         lab = "?"
         for x in xs:
-            ax, shp = _axes(x), np.shape(x) if not isinstance(x, Traced) else x.shape
-            if i <= len(ax) and shp[-i] != 1 and ax[-i] != "?":
+            ax = _axes(x)
+            # "1" marks an axis kept by a reduction: the other operand names it
+            if i <= len(ax) and ax[-i] not in ("?", "1"):
                 lab = ax[-i]
+                break
         out.append(lab)
     return tuple(reversed(out))
 

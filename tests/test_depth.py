@@ -1,0 +1,317 @@
+"""Tests for harness.depth and harness.trace: counts, span, path, schedule, CLI."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import cli, depth, reference, trace
+from harness.trace import clog2
+
+
+# ----------------------------------------------------------------------------- the lesson
+
+def test_lesson_table_at_d512():
+    tab = depth.lesson_table(512, (50, 1000, 2000)).set_index("T")
+    assert tab.loc[50, "rnn_macs"] == 26_214_400
+    assert tab.loc[50, "attention_macs"] == 2_560_000
+    assert tab.loc[1000, "rnn_macs"] == 524_288_000
+    assert tab.loc[1000, "attention_macs"] == 1_024_000_000
+    assert tab.loc[2000, "rnn_macs"] == 1_048_576_000
+    assert tab.loc[2000, "attention_macs"] == 4_096_000_000
+    assert round(tab.loc[2000, "ratio"], 1) == 3.9
+    assert tab.loc[1000, "ratio"] == pytest.approx(1000 / 512)
+
+
+def test_counts_cross_at_T_equals_d():
+    d = 512
+    tab = depth.depth_table([d - 1, d, d + 1], d).pivot(index="T", columns="model", values="macs")
+    assert tab.loc[d - 1, "attention"] < tab.loc[d - 1, "rnn"]
+    assert tab.loc[d, "attention"] == tab.loc[d, "rnn"]
+    assert tab.loc[d + 1, "attention"] > tab.loc[d + 1, "rnn"]
+
+
+def test_flops_are_twice_macs():
+    tab = depth.depth_table([7, 30], 16)
+    assert (tab.flops == 2 * tab.macs).all()
+    counts = depth.count_table([7], 16)
+    assert (counts.flops == 2 * counts.macs).all()
+
+
+# ----------------------------------------------------------------------------- traced counts
+
+@pytest.mark.parametrize("T", [1, 2, 7, 33])
+@pytest.mark.parametrize("d,other", [(1, 1), (3, 5), (16, 8), (24, 40)])
+def test_traced_counts_equal_closed_forms(T, d, other):
+    rnn = depth.trace_model("rnn", T, d, d_h=other)
+    assert rnn.macs_by_part() == depth.closed_form_macs("rnn", T, d, d_h=other)
+    att = depth.trace_model("attention", T, d, d_k=other, d_v=other + 1)
+    assert att.macs_by_part() == depth.closed_form_macs("attention", T, d, d_k=other,
+                                                        d_v=other + 1)
+
+
+def test_count_table_has_every_part():
+    counts = depth.count_table([5], 8)
+    parts = set(zip(counts.model, counts.part))
+    assert parts == {("rnn", "input"), ("rnn", "recurrence"), ("attention", "projections"),
+                     ("attention", "grid"), ("attention", "mix")}
+    assert (counts.macs == counts.closed_form).all()
+
+
+def test_trace_names_the_grid_and_the_mix_when_T_equals_d():
+    # with T = d the output shapes alone cannot tell QK^T from AV; the axis labels can
+    parts = depth.trace_model("attention", 8, 8).macs_by_part()
+    assert parts == {"projections": 3 * 8 * 8 * 8, "grid": 8 ** 3, "mix": 8 ** 3}
+
+
+# ----------------------------------------------------------------------------- span and path
+
+@pytest.mark.parametrize("d", [1, 4, 13])
+def test_rnn_span_and_path_grow_linearly(d):
+    for T in (1, 2, 10, 100):
+        tr = depth.trace_model("rnn", T, d)
+        # per step: W_hh h, + W_xh x_t, tanh
+        assert tr.span == 3 * T
+        assert tr.max_path == 3 * T
+        assert tr.scalar_span == T * (clog2(d) + 3)
+
+
+@pytest.mark.parametrize("d", [1, 4, 13])
+def test_attention_span_and_path_are_flat(d):
+    for T in (1, 2, 10, 100, 300):
+        tr = depth.trace_model("attention", T, d)
+        # projection, QK^T, scale, max, subtract, exp, sum, divide, AV
+        assert tr.span == 9
+        # x_1 -> v_1 -> y_T: one projection, one weighted sum
+        assert tr.max_path == 2
+        assert tr.scalar_span == 7 + 2 * clog2(d) + 3 * clog2(T)
+
+
+def test_path_is_position_exact():
+    # the path to position 1 itself is shorter than to position T for the RNN
+    tr = depth.trace_model("rnn", 6, 4)
+    y = tr.outputs[0]
+    assert [int(y.dist[t].min()) for t in range(6)] == [3, 6, 9, 12, 15, 18]
+
+
+def test_tracing_T2000_is_tractable():
+    tab = depth.depth_table([2000], 512)
+    assert set(tab.model) == {"rnn", "attention"}
+    assert tab.set_index("model").loc["rnn", "span"] == 6000
+    assert tab.set_index("model").loc["attention", "span"] == 9
+
+
+def test_untraceable_operation_is_refused():
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (3, 2), ("T", "d_model"), source_row=0)
+    with pytest.raises(TypeError, match="np.sin"):
+        np.sin(X)
+    with pytest.raises(TypeError, match="concatenate"):
+        np.concatenate([X, X])
+
+
+def test_causal_attention_traces():
+    g = trace.Graph(weight_parts=dict(depth.WEIGHT_PARTS))
+    X = trace.leaf(g, "X", (5, 4), ("T", "d_model"), source_row=0)
+    W = [trace.leaf(g, n, (4, 4), ("d_model", "d_k")) for n in ("Wq", "Wk", "Wv")]
+    Y, A = reference.attention_forward(X, *W, causal=True)
+    assert Y.shape == (5, 4) and A.shape == (5, 5)
+    assert any(op.kind == "where" for op in g.ops)
+
+
+# ----------------------------------------------------------------------------- schedule
+
+def _naive_schedule(tg, P):
+    """Step by step, unit task by unit task: the obvious twin of _greedy_schedule."""
+    n = len(tg.indeg)
+    preds = [[] for _ in range(n)]
+    for i in range(n):
+        for e in range(tg.succ_ptr[i], tg.succ_ptr[i + 1]):
+            preds[tg.succ_idx[e]].append(i)
+    levels = [list(tg.level_size[tg.level_ptr[i]:tg.level_ptr[i + 1]]) for i in range(n)]
+    finished = [len(levels[i]) == 0 for i in range(n)]
+    changed = True
+    while changed:            # tasks without levels finish as soon as their inputs do
+        changed = False
+        for i in range(n):
+            if not finished[i] and not levels[i] and all(finished[j] for j in preds[i]):
+                finished[i] = changed = True
+    level = [0] * n
+    rem = [lv[0] if lv else 0 for lv in levels]
+    started = [False] * n
+    steps = 0
+    while not all(finished):
+        ready = [i for i in range(n) if not finished[i]
+                 and (started[i] or all(finished[j] for j in preds[i]))]
+        for i in ready:
+            started[i] = True
+        ready.sort(key=lambda i: (-tg.prio[i], i))
+        left = P
+        for i in ready:
+            a = min(rem[i], left)
+            rem[i] -= a
+            left -= a
+        steps += 1
+        for i in ready:
+            if rem[i] == 0:
+                level[i] += 1
+                if level[i] < len(levels[i]):
+                    rem[i] = levels[i][level[i]]
+                else:
+                    finished[i] = True
+        changed = True
+        while changed:
+            changed = False
+            for i in range(n):
+                if not finished[i] and not levels[i] and all(finished[j] for j in preds[i]):
+                    finished[i] = changed = True
+    return steps
+
+
+@pytest.mark.parametrize("model", depth.MODELS)
+@pytest.mark.parametrize("grain", depth.GRAINS)
+def test_greedy_schedule_matches_naive_twin(model, grain):
+    tr = depth.trace_model(model, 4, 3)
+    tg = depth.task_graph(tr, grain)
+    for P in (1, 2, 3, 5, 8, 40):
+        steps, busy, done = depth._greedy_schedule(tg.level_ptr, tg.level_size, tg.succ_ptr,
+                                                   tg.succ_idx, tg.indeg, tg.prio, P)
+        assert steps == _naive_schedule(tg, P), P
+        assert busy == tg.work and done == len(tg.indeg)
+
+
+@pytest.mark.parametrize("model", depth.MODELS)
+@pytest.mark.parametrize("grain", depth.GRAINS)
+def test_brent_bounds_hold(model, grain):
+    rng = np.random.default_rng(0)
+    Ps = sorted({1, 2, 7, 64, 10**6} | set(int(p) for p in rng.integers(1, 5000, 6)))
+    frame = depth.schedule(model, 40, 12, Ps, grain)
+    W, S = frame.work.iloc[0], frame.span.iloc[0]
+    for P, t in zip(frame.P, frame.time):
+        assert max(W / P, S) <= t <= W / P + S
+    assert frame.set_index("P").loc[1, "time"] == W       # one processor does all the work
+    assert frame.set_index("P").loc[10**6, "time"] == S   # enough processors: the span
+
+
+def test_scheduled_span_equals_traced_scalar_span():
+    for model in depth.MODELS:
+        for T, d in ((1, 1), (5, 3), (30, 16)):
+            tr = depth.trace_model(model, T, d)
+            assert depth.task_graph(tr, "scalar").span == tr.scalar_span
+            assert depth.task_graph(tr, "scalar").work == tr.scalar_work
+
+
+def test_rnn_plateaus_once_P_passes_about_d_and_attention_keeps_falling():
+    d, T = 32, 64
+    Ps = [1, d // 2, d, 2 * d, 4 * d, 16 * d, d * d, 10**4, 10**6]
+    rnn = depth.schedule("rnn", T, d, Ps, "element").set_index("P")["time"]
+    floor = rnn.loc[10**6]
+    assert floor == T * (d + 2)                 # T steps of (dot product, add, tanh)
+    assert rnn.loc[d // 2] > 1.5 * floor         # below d, more processors still help
+    for P in (2 * d, 4 * d, 16 * d, d * d, 10**4):
+        assert rnn.loc[P] == pytest.approx(floor, rel=0.02)   # past ~d: bound by the T steps
+    att = depth.schedule("attention", T, d, Ps, "element").set_index("P")["time"]
+    assert att.loc[2 * d] > 10 * att.loc[10**4]  # attention keeps falling past d
+    # projection d, QK^T d, scale 1, max T-1, subtract 1, exp 1, sum T-1, divide 1, AV T
+    assert att.loc[10**6] == 2 * d + 3 * T + 2
+    assert att.loc[10**6] < floor / 5
+    # scalar tasks: one RNN step is d^2 multiplications wide, so the floor comes at ~d^2
+    rs = depth.schedule("rnn", T, d, Ps, "scalar").set_index("P")["time"]
+    assert rs.loc[d * d] == pytest.approx(rs.loc[10**6], rel=0.02)
+    assert rs.loc[10**6] == T * (clog2(d) + 3)
+    assert rs.loc[4 * d] > 2 * rs.loc[10**6]
+
+
+def test_plateau_P():
+    frame = depth.schedule_table([64], 32, [1, 16, 32, 64, 128, 10**6], grains=("element",))
+    pl = depth.plateau_P(frame, tol=0.02).set_index("model")
+    assert pl.loc["rnn", "plateau_P"] == 64
+    assert pl.loc["attention", "plateau_P"] == 10**6
+
+
+# ----------------------------------------------------------------------------- measured
+
+def _synthetic_times():
+    rows = []
+    for T in (10, 30, 100, 300, 1000):
+        rows.append(dict(model="rnn", T=T, d=100, seconds=1e-3 * T, gmacs_per_s=1.0))
+        rows.append(dict(model="attention", T=T, d=100, seconds=1e-5 * T * T, gmacs_per_s=4.0))
+    return pd.DataFrame(rows)
+
+
+def test_measured_crossover_interpolates_in_log_T():
+    cross = depth.measured_crossover(_synthetic_times()).set_index("variant")
+    assert cross.loc["attention", "measured_T"] == pytest.approx(100)
+    assert cross.loc["attention", "extrapolated_T"] == pytest.approx(100)
+    assert cross.loc["attention", "counted_T"] == 100
+    assert cross.loc["attention", "gemm_over_matvec"] == pytest.approx(4.0)
+
+
+def test_fit_exponents():
+    ex = depth.fit_exponents(_synthetic_times(), min_T=10).set_index("model")["exponent"]
+    assert ex["rnn"] == pytest.approx(1.0)
+    assert ex["attention"] == pytest.approx(2.0)
+
+
+def test_measure_wall_times_runs_the_kernels():
+    pytest.importorskip("harness.rnn")
+    pytest.importorskip("harness.attention")
+    t = depth.measure_wall_times((4, 8), 8, repeats=1, threads=1)
+    assert set(t.model) == set(depth.TIMED)
+    assert (t.seconds > 0).all()
+    assert t.set_index(["model", "T"]).loc[("attention", 8), "macs"] == 2 * 8 * 8 * 8
+
+
+# ----------------------------------------------------------------------------- CLI
+
+@pytest.mark.parametrize("argv,needle", [
+    (["depth", "--T", "0", "--no-measure"], "--T"),
+    (["depth", "--T", "5", "-3", "--no-measure"], "--T"),
+    (["depth", "--d", "0", "--no-measure"], "--d"),
+    (["depth", "--P", "0", "--no-measure"], "--P"),
+    (["depth", "--repeats", "0", "--no-measure"], "--repeats"),
+])
+def test_cli_bad_arguments(argv, needle, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_unwritable_out(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert cli.main(["depth", "--T", "5", "--d", "4", "--no-measure", "--out", str(blocker)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "depth.csv").exists()
+
+
+def test_cli_argparse_error_is_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["depth", "--T", "abc"])
+    assert e.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_cli_writes_depth_csv(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = cli.main(["depth", "--T", "50", "800", "--d", "512", "--schedule-T", "800",
+                   "--no-measure", "--out", str(out)])
+    assert rc == 0
+    frame = pd.read_csv(out / "depth.csv")
+    for col in ("model", "T", "d", "macs", "flops", "span", "max_path", "parallelism"):
+        assert col in frame.columns
+    row = frame.set_index(["model", "T"])
+    assert row.loc[("rnn", 50), "macs"] == 26_214_400
+    assert row.loc[("attention", 50), "macs"] == 2_560_000
+    assert row.loc[("rnn", 800), "span"] == 2400
+    assert row.loc[("attention", 800), "max_path"] == 2
+    sched = pd.read_csv(out / "schedule.csv")
+    lesson = sched[(sched["T"] == 800) & (sched["P"] == 800)]
+    assert set(lesson.model) == {"rnn", "attention"}
+    assert lesson.bounds_ok.all()
+    printed = capsys.readouterr().out
+    assert "Table 1" in printed and "800 tokens on 800 processors" in printed
+    assert not list(out.glob(".*.tmp"))         # atomic writes left no temporaries
