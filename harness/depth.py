@@ -61,7 +61,7 @@ class DepthConfig:
     T_values: tuple = (50, 100, 200, 500, 512, 800, 1000, 2000)  # lesson's 50/1000/2000, T = d, 800 tokens
     schedule_T: tuple = (800,)                          # the lesson's 800-token text
     schedule_grains: tuple = GRAINS                     # both task models, side by side
-    measure_T: tuple = (32, 64, 128, 256, 512, 1024, 2048)  # wall-time sweep (brackets T = d)
+    measure_T: tuple = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # brackets T = d and the measured crossover
     scaling_T: int = 1024                               # strong scaling at one T past the crossover
     repeats: int = 3                                    # best of, after one warm-up call
     seed: int = 0                                       # inputs from default_rng(seed)
@@ -524,8 +524,9 @@ def measured_crossover(times, min_T=CONFIG.fit_min_T):
     same from power laws fitted for T >= ``min_T`` (used when the sweep ends
     first). ``counted_T``: d for the grid (2 T^2 d = 2 T d^2); none with the
     projections, which alone already cost 1.5 x the RNN. ``predicted_T`` =
-    d x (GEMM MAC rate / matrix-vector MAC rate): the counted crossover moved by
-    how much faster each of attention's multiplications runs.
+    d x (GEMM MAC rate / matrix-vector MAC rate), the rates taken at the sampled
+    T nearest the crossover (``rate_at_T``): the counted crossover moved by how
+    much faster each of attention's multiplications runs.
     """
     rows = []
     for d, g in times.groupby("d"):
@@ -548,7 +549,11 @@ def measured_crossover(times, min_T=CONFIG.fit_min_T):
             # a T^p = b T^q  ->  log T = (log b - log a) / (p - q)
             extra = (math.exp((pr[1] - pa[1]) / (pa[0] - pr[0]))
                      if pa[0] > pr[0] else math.inf)
-            Tmax = rate.index.max()
+            # throughputs at the sampled T nearest the crossover (the largest T if none)
+            at = cross if not math.isnan(cross) else extra
+            Tmax = (Ts[np.argmin(np.abs(np.log(Ts) - math.log(at)))]
+                    if math.isfinite(at) and at > 0 else Ts.max())
+            Tmax = int(Tmax)
             speed = float(rate.loc[Tmax, variant] / rate.loc[Tmax, "rnn"])
             counted = d if variant == "attention" else math.nan
             rows.append(dict(
@@ -711,12 +716,13 @@ def run(args):
             atomic_write_csv(times, out_dir / "timings.csv")
             atomic_write_csv(scaling, out_dir / "scaling.csv")
             atomic_write_csv(pd.DataFrame([machine.describe()]), out_dir / "machine.csv")
-        _print("wall time of the compiled forwards (best of "
-               f"{args.repeats}; attention includes its three projections)", times)
+        _print(f"wall time of the compiled forwards (best of >= {args.repeats} calls; attention: "
+               "Q = K = V = X, grid + mix only; attention+proj: with its three projections)", times)
         _print("crossover: counted T = d for the grid; measured where attention gets slower. "
                "GEMM does far more multiplications per second than the RNN's T dependent "
-               "matrix-vector steps, so the measured crossover is later by about that ratio "
-               "(adjusted for the projections the kernel also does)", cross)
+               "matrix-vector steps, so the measured crossover moves from d to about "
+               "d x gemm_over_matvec (predicted_T); with projections attention does more "
+               "multiplications than the RNN at every T, so no crossover is counted", cross)
         _print("fitted exponents of time against T", expo)
         _print("strong scaling (BLAS and Numba threads set together)", scaling)
     print(f"\nharness depth: {time.perf_counter() - t0:.1f} s", file=sys.stdout)
