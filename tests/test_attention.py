@@ -355,3 +355,34 @@ def test_lesson_gradient_routes():
     assert np.abs(g.dH_value - num).max() > 0.1                # each route alone: wrong in the first digit
     assert np.abs(g.dH_score - num).max() > 0.1
     assert np.abs(g.dH_value + g.dH_score - num).max() < 1e-8  # both: ~1e-10
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 3), (4, 1), (1, 1, 1), (3, 1, 2)])
+def test_smallest_sizes_match_naive(dtype, causal, shape):
+    X = np.random.default_rng(30).normal(size=shape).astype(dtype)
+    Y, A = at.forward(X, causal=causal)
+    Yn, An = naive.attention_forward(X, causal=causal)
+    close(Y, Yn, dtype)
+    close(A, An, dtype)
+    dY = np.random.default_rng(31).normal(size=Y.shape).astype(dtype)
+    close(at.backward(X, None, None, None, A, dY, causal=causal).dX,
+          naive.attention_backward(X, None, None, None, dY, causal=causal)[0], dtype, grad=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_huge_scores_do_not_overflow(dtype, causal):
+    # Scores near 1e4 would overflow exp without the row-maximum shift.
+    X = (np.random.default_rng(32).normal(size=(6, D_MODEL)) * 60).astype(dtype)
+    Y, A = at.forward(X, scale=False, causal=causal)
+    assert np.isfinite(Y).all() and np.isfinite(A).all()
+    Yn, An = naive.attention_forward(X, scale=False, causal=causal)
+    close(A, An, dtype)
+    close(Y, Yn, dtype)
+    S, H, Wsa, Wha, va = make_additive(33, dtype)
+    big = (va * 1e4).astype(dtype)
+    alpha = at.alignment(S, H, Wsa, Wha, big)
+    assert np.isfinite(alpha).all()
+    close(alpha, naive.alignment(S, H, Wsa, Wha, big), dtype)

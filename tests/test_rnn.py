@@ -139,3 +139,25 @@ def test_parameter_count_does_not_depend_on_T():
         assert (g.dW_xh.shape, g.dW_hh.shape, g.db.shape) == (W_xh.shape, W_hh.shape, b.shape)
         sizes.add(g.dW_xh.size + g.dW_hh.size + g.db.size)
     assert sizes == {D_H * D_IN + D_H * D_H + D_H}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 3), (4, 1), (1, 1, 1), (1, 6, 2), (3, 1, 2)])
+def test_smallest_sizes_match_naive(dtype, shape):
+    # T = 1, one input feature, a batch of one: the edges of every loop.
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=shape).astype(dtype)
+    W_xh = rng.normal(size=(1, shape[-1])).astype(dtype)
+    W_hh = np.array([[0.7]], dtype=dtype)                  # d_h = 1
+    H = rnn.forward(X, W_xh, W_hh)
+    close(H, naive.rnn_forward(X, W_xh, W_hh), dtype)
+    dH = rng.normal(size=H.shape).astype(dtype)
+    for g, w in zip(rnn.backward(X, H, W_xh, W_hh, dH), naive.rnn_backward(X, H, W_xh, W_hh, dH)):
+        close(g, w, dtype)
+
+
+def test_saturated_tanh_states_stay_finite():
+    X, W_xh, W_hh, b, _ = make(13)
+    H = rnn.forward(X * 1e3, W_xh * 1e3, W_hh, b)
+    assert np.all(np.abs(H) <= 1.0) and np.isfinite(H).all()
+    close(H, naive.rnn_forward(X * 1e3, W_xh * 1e3, W_hh, b), np.float64)
