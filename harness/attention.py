@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from harness import _validate as v
+from harness._blas import matmul
 from harness._vmath import exp_nonpositive_inplace, tanh_inplace
 
 NONLINEARITIES = ("tanh", None)
@@ -126,6 +127,15 @@ def _grid_bytes(B, T, itemsize, n):
                            f"({n} T x T buffer{'s' if n > 1 else ''})")
 
 
+def _project(X3, Wq, Wk, Wv):
+    """Q, K, V (B, T, d_k/d_v) = X Wq, X Wk, X Wv; all three are X without projections."""
+    if Wq is None:
+        return X3, X3, X3
+    B, T, d_model = X3.shape
+    X2 = X3.reshape(B * T, d_model)                  # one GEMM per weight over the whole batch
+    return tuple(matmul(X2, W).reshape(B, T, W.shape[1]) for W in (Wq, Wk, Wv))
+
+
 def _batch3(X):
     return X if X.ndim == 3 else X[None]
 
@@ -141,10 +151,7 @@ def forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False):
     X3 = _batch3(X)
     B, T, _ = X3.shape
     _grid_bytes(B, T, X.itemsize, 1)
-    if Wq is None:
-        Q = K = V = X3
-    else:
-        Q, K, V = X3 @ Wq, X3 @ Wk, X3 @ Wv          # (B, T, d_k), (B, T, d_k), (B, T, d_v)
+    Q, K, V = _project(X3, Wq, Wk, Wv)
     factor = 1.0 / math.sqrt(Q.shape[-1]) if scale else 1.0
     A = np.empty((B, T, T), dtype=X.dtype)
     Y = np.empty((B, T, V.shape[-1]), dtype=X.dtype)
@@ -163,16 +170,15 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False):
     X, Wq, Wk, Wv = _check_self(X, Wq, Wk, Wv, scale, causal)
     X3 = _batch3(X)
     B, T, d_model = X3.shape
-    A = _batch3(v.as_float_array("A", A, X.ndim, X.dtype))
-    v.check_shape("A", A, (B, T, T))
+    _grid_bytes(1, T, X.itemsize, 1)                 # before A is copied, if it must be
+    lead = X.shape[:-1]                              # (T,) or (B, T): shapes as the user passed them
+    A = v.as_float_array("A", A, X.ndim, X.dtype)
+    v.check_shape("A", A, lead + (T,))
     d_v = d_model if Wv is None else Wv.shape[1]
-    dY = _batch3(v.as_float_array("dY", dY, X.ndim, X.dtype))
-    v.check_shape("dY", dY, (B, T, d_v))
-    _grid_bytes(1, T, X.itemsize, 1)
-    if Wq is None:
-        Q = K = V = X3
-    else:
-        Q, K, V = X3 @ Wq, X3 @ Wk, X3 @ Wv          # recomputed: cheaper to redo than to keep
+    dY = v.as_float_array("dY", dY, X.ndim, X.dtype)
+    v.check_shape("dY", dY, lead + (d_v,))
+    A, dY = _batch3(A), _batch3(dY)
+    Q, K, V = _project(X3, Wq, Wk, Wv)               # recomputed: cheaper to redo than to keep
     factor = 1.0 / math.sqrt(Q.shape[-1]) if scale else 1.0
     dQ, dK, dV = np.empty_like(Q), np.empty_like(K), np.empty_like(V)
     dS = np.empty((T, T), dtype=X.dtype)
@@ -183,8 +189,11 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False):
     else:
         X2 = X3.reshape(B * T, d_model)
         dQ2, dK2, dV2 = (g.reshape(B * T, -1) for g in (dQ, dK, dV))
-        dX = (dQ2 @ Wq.T + dK2 @ Wk.T + dV2 @ Wv.T).reshape(B, T, d_model)
-        grads = AttentionGrads(dX, X2.T @ dQ2, X2.T @ dK2, X2.T @ dV2)
+        dX = matmul(dQ2, Wq.T)
+        dX += matmul(dK2, Wk.T)
+        dX += matmul(dV2, Wv.T)
+        grads = AttentionGrads(dX.reshape(B, T, d_model), matmul(X2.T, dQ2),
+                               matmul(X2.T, dK2), matmul(X2.T, dV2))
     if X.ndim == 2:
         grads = grads._replace(dX=grads.dX[0])
     return grads

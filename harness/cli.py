@@ -18,6 +18,7 @@ COMMANDS = {
     "decay": "harness.gradpath",
     "depth": "harness.depth",
     "compare": "harness.compare",
+    "report": "harness.report",
 }
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from harness import _validate as v
+from harness._blas import matmul
 from harness._vmath import tanh_inplace
 
 ACTIVATIONS = ("tanh", "identity")
@@ -209,10 +210,10 @@ def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
         X2 = _time_major(X).reshape(T * B, -1)
         dA2, Hp2 = dA.reshape(T * B, d_h), H_prev.reshape(T * B, d_h)
     # the parameter gradients are sums over steps: one GEMM each, after the loop
-    dW_hh = dA2.T @ Hp2
-    dW_xh = dA2.T @ X2
+    dW_hh = matmul(dA2.T, Hp2)
+    dW_xh = matmul(dA2.T, X2)
     db = dA2.sum(axis=0)
-    dX = dA2 @ W_xh
+    dX = matmul(dA2, W_xh)
     if batched:
         dX = dX.reshape(dA.shape[0], dA.shape[1], -1).transpose(1, 0, 2).copy()
         if shared_h0:                 # one h0 broadcast over the batch: its gradient sums
