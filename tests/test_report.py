@@ -1,0 +1,157 @@
+"""harness report --quick: a complete, self-consistent, offline folder."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import cli, report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep") / "report"
+    cfg = report.QUICK
+    report.build_report(out, cfg, command="harness report --quick --out <x> & 'y'")
+    return out
+
+
+def _html(out):
+    return (out / "index.html").read_text(encoding="utf-8")
+
+
+def _sections(page):
+    """(key, caption, csv names) for every section of index.html."""
+    found = []
+    for m in re.finditer(r'<section id="([^"]+)">(.*?)</section>', page, re.S):
+        key, body = m.group(1), m.group(2)
+        cap = re.search(r'<p class="caption" data-section="[^"]+">(.*?)</p>', body, re.S).group(1)
+        csvs = re.findall(r'href="([^"]+)\.csv"', body)
+        found.append((key, html.unescape(cap), csvs))
+    return found
+
+
+def test_index_and_every_section(built):
+    page = _html(built)
+    keys = [k for k, _, _ in _sections(page)]
+    for k in ("decay", "clipping", "depth", "schedule", "work", "wall", "maps", "additive"):
+        assert k in keys
+    assert "Machine, versions and command" in page
+    # the Table-1 view of the depth analyser
+    assert "max_path" in page and "parallelism" in page
+
+
+def test_every_image_exists_and_is_valid(built):
+    page = _html(built)
+    srcs = re.findall(r'<img src="([^"]+)"', page)
+    assert len(srcs) >= 9
+    for src in srcs:
+        data = (built / src).read_bytes()
+        assert data.startswith(PNG_MAGIC), src
+    svgs = re.findall(r'href="([^"]+\.svg)"', page)
+    assert len(svgs) == len(srcs)
+    for name in svgs:
+        root = ET.parse(built / name).getroot()
+        assert root.tag.endswith("svg"), name
+
+
+def test_every_csv_loads(built):
+    for path in built.glob("*.csv"):
+        frame = pd.read_csv(path)
+        assert len(frame) > 0, path.name
+
+
+def test_captions_match_the_csvs(built):
+    for key, caption, csvs in _sections(_html(built)):
+        frames = {name: pd.read_csv(built / f"{name}.csv") for name in csvs}
+        assert report.CAPTIONS[key](frames) == caption, key
+        assert re.search(r"\d", caption), key    # a caption states measured numbers
+
+
+def test_caption_numbers_are_the_data(built):
+    decay = pd.read_csv(built / "decay.csv")
+    row = decay[(decay.model == "rnn") & (decay.activation == "identity") & (decay.rho == 0.9)
+                & (decay.weight == "orthogonal") & (decay.input_scale == 1.0)
+                & (decay.distance == 1000)]
+    cap = dict((k, c) for k, c, _ in _sections(_html(built)))["decay"]
+    assert f"10^{row.log10_norm.iloc[0]:+.1f}" in cap
+    assert abs(row.log10_norm.iloc[0] - 1000 * -0.045757490560675115) < 1e-9
+    routes = pd.read_csv(built / "additive_routes.csv")
+    base = routes[routes.va_scale == 0.5].iloc[0]
+    assert round(base.value_norm, 4) == 2.8303 and round(base.score_norm, 4) == 0.2556
+
+
+def test_offline_and_escaped(built):
+    page = _html(built)
+    assert not re.search(r'(src|href)="(https?:)?//', page)
+    assert "<x>" not in page and "&lt;x&gt;" in page      # the command line is escaped
+    assert "&amp; &#x27;y&#x27;" in page
+
+
+def test_nothing_half_written_on_failure(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(report.depth, "depth_table", boom)
+    out = tmp_path / "rep"
+    with pytest.raises(RuntimeError):
+        report.build_report(out, report.QUICK)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []          # no staging folder left behind
+
+
+def test_cli_refuses_a_nonempty_out(tmp_path, capsys):
+    (tmp_path / "old.txt").write_text("x")
+    assert cli.main(["report", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--out" in err and "not an empty directory" in err
+
+
+def test_help_has_examples():
+    for argv in (["--help"], ["report", "--help"], ["decay", "--help"], ["depth", "--help"],
+                 ["compare", "--help"]):
+        r = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True)
+        assert r.returncode == 0, argv
+        assert "example" in r.stdout, argv
+
+
+def test_asv_history_is_read(tmp_path):
+    machine = tmp_path / "results" / "box"
+    machine.mkdir(parents=True)
+    (machine / "machine.json").write_text("{}")
+    (machine / "abcdef12-virtualenv-py3.11.json").write_text(
+        '{"commit_hash": "abcdef1234", "date": 1700000000000, "params": {},'
+        ' "result_columns": ["result", "params"],'
+        ' "results": {"bench_kernels.RNN.time_forward": [[0.5, 0.25], [["64", "256"]]],'
+        '             "bench_kernels.RNN.track_x": [[3.0], [["64"]]]}}')
+    h = report.read_asv_results(str(tmp_path / "results"))
+    assert list(h.seconds) == [0.5, 0.25]
+    assert list(h.params) == ["64", "256"] and set(h.commit) == {"abcdef12"}
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed "
+                    "(apt-get install chromium); .ci/run installs it")
+def test_renders_in_headless_chromium_without_broken_images(built, tmp_path):
+    r = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+         "--virtual-time-budget=10000", "--dump-dom", (built / "index.html").as_uri()],
+        capture_output=True, text=True, timeout=120)
+    m = re.search(r'data-broken-images="(\d+)"', r.stdout)
+    assert m, r.stderr[-2000:]
+    assert m.group(1) == "0"
