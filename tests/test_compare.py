@@ -47,7 +47,8 @@ def test_run_comparison_frames():
     assert len(summary) == 2 * len(list(cfg.cases()))
     peers = summary[["speedup_vs_numpy", "speedup_vs_fastest"]]
     assert (peers.speedup_vs_fastest <= peers.speedup_vs_numpy + 1e-12).all()
-X
+    att = summary[summary.model == "attention"].set_index("direction")
+    assert att.harness_over_gemm.notna().to_dict() == {"forward": True, "backward": False}
 
 
 def test_cli_quick_writes_csvs(tmp_path, capsys):
