@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from harness import attention
+from harness import attention, gradpath
 
 # The six tokens of the self-attention lesson's grid.
 SENTENCE = ("las", "llaves", "del", "coche", "están", "ahí")
@@ -29,10 +29,6 @@ class LessonConfig:
     token_lengths: tuple = (1.0, 3.0)     # the lesson's length 1 and "three times longer"
     d_k_values: tuple = (8, 16, 32, 64, 128, 256, 512)
     seed: int = 0
-    # additive-attention lesson: default_rng(4), T_y=8, T_x=6, d_h=5, d_a=4 and its scales
-    additive_seed: int = 4
-    additive_shape: tuple = (8, 6, 5, 4)  # T_y, T_x, d_h, d_a
-    additive_scales: tuple = (0.6, 0.6, 0.5, 0.5, 0.5)   # S, H, Wsa, Wha, va
 
 
 def _tokens(config):
@@ -97,22 +93,12 @@ def row_max_vs_dk(config=LessonConfig()):
     return pd.DataFrame(rows)
 
 
-def additive_lesson_inputs(config=LessonConfig(), va_scale=None):
-    """S, H, Wsa, Wha, va drawn exactly as the additive-attention lesson draws them."""
-    T_y, T_x, d_h, d_a = config.additive_shape
-    sS, sH, sWsa, sWha, sva = config.additive_scales
-    rng = np.random.default_rng(config.additive_seed)
-    S = rng.normal(size=(T_y, d_h)) * sS
-    H = rng.normal(size=(T_x, d_h)) * sH
-    Wsa = rng.normal(size=(d_a, d_h)) * sWsa
-    Wha = rng.normal(size=(d_a, d_h)) * sWha
-    va = rng.normal(size=d_a) * (sva if va_scale is None else va_scale)
-    return S, H, Wsa, Wha, va
+def additive_maps():
+    """The additive-attention lesson's untrained alignment (its own draws), with and without tanh.
 
-
-def additive_maps(config=LessonConfig()):
-    """The untrained additive alignment with and without tanh. Columns: setting, i, j, weight, uniform."""
-    S, H, Wsa, Wha, va = additive_lesson_inputs(config)
+    Columns: setting, i, j, weight, uniform.
+    """
+    S, H, Wsa, Wha, va, _ = gradpath.lesson_additive_inputs()
     rows = []
     for setting, nl in (("tanh", "tanh"), ("no tanh", None)):
         alpha = attention.alignment(S, H, Wsa, Wha, va, nonlinearity=nl)
