@@ -59,7 +59,7 @@ class ReportConfig:
     depth_d: int = 512                         # the paper's d_model, as in the lesson's table
     depth_T: tuple = (50, 100, 200, 500, 1000, 2000)
     schedule_T: int = 800                      # the lesson's 800-token text
-    schedule_d: int = 16                       # scalar-level graph small enough to schedule
+    schedule_d: int = 64                       # graph small enough to schedule at every P
     wall_d: int = 512                          # timed at the lesson's d: crossovers compare as is
     wall_T: tuple = (32, 64, 128, 256, 512, 1024, 2048, 4096)
     wall_threads: int = 1                      # one thread: stable on a shared machine
@@ -137,16 +137,25 @@ def caption_depth(f):
 
 def caption_schedule(f):
     s = f["schedule"]
-    r, a = s[s.model == "rnn"], s[s.model == "attention"]
-    T = int(s["T"].iloc[0])
-    r_at = r[r.P == T].time.iloc[0] if (r.P == T).any() else r.time.min()
-    return (f"Greedy list scheduling of the traced scalar-level graphs (T = {T}, d = "
-            f"{int(s.d.iloc[0])}; unit-time tasks, sums as trees). With {T} processors the RNN "
-            f"still needs {int(r_at)} steps, and no number of processors takes it below its span "
-            f"of {int(r.span.iloc[0])} (reached by P = {int(r[r.time <= r.span.iloc[0] * 1.01].P.min())}). "
-            f"Attention falls from {int(a.time.max()):,} steps on one processor to "
-            f"{int(a.time.min())} (its span is {int(a.span.iloc[0])}). Brent's bounds "
-            f"max(W/P, S) ≤ T_P ≤ W/P + S hold on all {int(s.bounds_ok.sum())} runs.")
+    T, d = int(s["T"].iloc[0]), int(s.d.iloc[0])
+
+    def part(model, grain):
+        return s[(s.model == model) & (s.grain == grain)].sort_values("P")
+
+    def plateau(g):      # the first P whose time is within 1% of the span: more buys nothing
+        return int(g[g.time <= g.span.iloc[0] * 1.01].P.min())
+
+    rs, asc, re_ = part("rnn", "scalar"), part("attention", "scalar"), part("rnn", "element")
+    at_T = rs[rs.P == T].time.iloc[0]
+    return (f"Greedy list scheduling of the traced graphs for the lesson's T = {T} tokens (d = {d}). "
+            f"With scalar tasks (each multiply or add; sums as trees) and {T} processors the RNN "
+            f"needs {int(at_T):,} steps, and no number of processors takes it below its span of "
+            f"{int(rs.span.iloc[0]):,} (reached at P = {plateau(rs):,}); attention falls from "
+            f"{int(asc.time.iloc[0]):,} steps on one processor to {int(asc.time.iloc[-1]):,} at "
+            f"P = {int(asc.P.iloc[-1]):,} (span {int(asc.span.iloc[0])}). With one processor per "
+            f"output element the RNN stops improving at P = {plateau(re_):,} "
+            f"(≈ {plateau(re_) / d:.0f}·d), on a floor of {int(re_.span.iloc[0]):,} steps. "
+            f"Brent's bounds max(W/P, S) ≤ T_P ≤ W/P + S hold on all {int(s.bounds_ok.sum())} runs.")
 
 
 def _measured_crossover(x):
@@ -216,7 +225,8 @@ def caption_wall(f):
         return e[e.model == model].exponent.iloc[0]
 
     r = w[w.model == "rnn"]
-    return (f"Forward wall time on this machine ({int(w.threads.iloc[0])} threads, d = "
+    n = int(w.threads.iloc[0])
+    return (f"Forward wall time on this machine ({n} thread{'s' if n > 1 else ''}, d = "
             f"{int(w.d.iloc[0])}). Fitted exponents of time against T: RNN {exp('rnn'):.2f}, "
             f"attention {exp('attention'):.2f}, attention with projections "
             f"{exp('attention+proj'):.2f}. The RNN takes "
@@ -285,8 +295,8 @@ def figure_depth(f):
 
 def figure_schedule(f):
     s = f["schedule"]
-    g = sns.relplot(data=s, x="P", y="time", hue="model", kind="line", marker="o",
-                    height=3.6, aspect=1.5)
+    g = sns.relplot(data=s, x="P", y="time", hue="model", col="grain", kind="line", marker="o",
+                    height=3.4, aspect=1.2)
     g.set(xscale="log", yscale="log")
     g.set_axis_labels("processors P", "steps T_P (greedy schedule)")
     for ax in g.axes.flat:
@@ -434,9 +444,10 @@ def _sections(config, progress):
            [("depth", figure_depth)])
 
     progress(f"schedule on P processors (T = {config.schedule_T})")
-    procs = tuple(sorted({1, 10, 100, config.schedule_T, 10**3, 10**4, 10**5, 10**6}))
-    sched = pd.concat([depth.schedule(m, config.schedule_T, config.schedule_d, procs, "scalar")
-                       for m in depth.MODELS], ignore_index=True)
+    d = config.schedule_d
+    procs = tuple(sorted({1, 10, 100, d, 2 * d, 4 * d, config.schedule_T, 10**3, 10**4, 10**5, 10**6}))
+    sched = pd.concat([depth.schedule(m, config.schedule_T, config.schedule_d, procs, grain)
+                       for grain in depth.GRAINS for m in depth.MODELS], ignore_index=True)
     yield ("schedule", f"The {config.schedule_T}-token text on P processors", {"schedule": sched},
            [("schedule", figure_schedule)])
 
