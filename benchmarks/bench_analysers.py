@@ -1,0 +1,102 @@
+"""The analysers: counted multiplications and span (depth), fitted decay rate (gradpath).
+
+These ``track_`` numbers are deterministic: a change in one between commits is a
+change in what the analyser measures, not noise.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+from . import common
+
+
+class Depth(common.Benchmark):
+    """Multiplications and op-graph span of the traced reference forward, d = 64.
+
+    RNN: 2 T d^2 multiplications in a span that grows like T; attention: the
+    T^2 d grid and mix in a span that stays a handful of stages.
+    """
+    params = [common.MODELS, [64, 256, 1024]]
+    param_names = ["model", "T"]
+    d = 64
+
+    def setup(self, model, T):
+        depth = common.analyser("depth")
+        self.trace = depth.trace_model(model, T, self.d)
+        self.lesson_parts = depth.LESSON_PARTS[model]   # RNN products vs attention grid + mix
+
+    def track_multiplications(self, model, T):
+        return sum(self.trace.macs_by_part().get(p, 0) for p in self.lesson_parts)
+    track_multiplications.unit = "multiplications"
+
+    def track_multiplications_all(self, model, T):
+        return sum(self.trace.macs_by_part().values())          # attention: with projections
+    track_multiplications_all.unit = "multiplications"
+
+    def track_span(self, model, T):
+        return self.trace.span
+    track_span.unit = "operations"
+
+    def track_scalar_span(self, model, T):
+        return self.trace.scalar_span
+    track_scalar_span.unit = "scalar operations"
+
+
+class DecayRate(common.Benchmark):
+    """Fitted ln-norm per step of ||dh_T/dh_{T-k}|| on orthogonal W_hh (T, d the analyser's defaults).
+
+    Identity: log(rho) exactly; tanh: below it, by how much saturation adds.
+    """
+    params = [["identity", "tanh"], [0.5, 0.9, 1.1]]
+    param_names = ["activation", "rho"]
+
+    def setup(self, activation, rho):
+        gradpath = common.analyser("gradpath")
+        D = gradpath.DEFAULT
+        frame = gradpath.rnn_decay(T=D.Ts[0], d=D.ds[0], rho=rho, weight="orthogonal",
+                                   activation=activation, seed=D.seed)
+        self.rate = float(gradpath.summarise(frame, D.fit_from)["fitted_rate"].iloc[0])
+
+    def track_fitted_rate(self, activation, rho):
+        return self.rate
+    track_fitted_rate.unit = "ln(norm) per step"
+
+
+class AttentionDecayRate(common.Benchmark):
+    """The same fit for self-attention: about 0, one alpha factor at every distance."""
+
+    def setup(self):
+        gradpath = common.analyser("gradpath")
+        D = gradpath.DEFAULT
+        frame = gradpath.attention_paths(T=D.Ts[0], d=D.ds[0], seed=D.seed)
+        self.rate = float(gradpath.summarise(frame, D.fit_from)["fitted_rate"].iloc[0])
+
+    def track_fitted_rate(self):
+        return self.rate
+    track_fitted_rate.unit = "ln(norm) per step"
+
+
+class DecaySweep(common.Benchmark):
+    """Wall time of the default ``harness decay`` sweep, and of the whole command."""
+    repeat = (1, 3, 5.0)
+    number = 1
+
+    def setup(self):
+        self.gradpath = common.analyser("gradpath")
+        from harness import cli
+        self.cli = cli
+        common.apply_threads()
+        self.tmp = tempfile.TemporaryDirectory(prefix="harness-bench-")
+        self.argv = ["decay", "--quiet", "--out", self.tmp.name]
+        self.gradpath.rnn_decay(T=4, d=2)                         # compile outside the clock
+        self.gradpath.attention_paths(T=4, d=2)
+
+    def teardown(self):
+        self.tmp.cleanup()
+
+    def time_decay_sweep(self):
+        self.gradpath.decay_sweep(self.gradpath.DEFAULT)
+
+    def time_decay_command(self):
+        self.cli.main(self.argv)

@@ -1,0 +1,147 @@
+"""What produced the numbers: thread counts, first-call compile time, and the GEMM ceiling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from . import common
+
+_BLAS, _NUMBA, _CORETYPE = common.apply_threads()
+
+
+class Threads(common.Benchmark):
+    """The thread settings every other result in this run was measured under.
+
+    They are the params, so they land in the results JSON beside the numbers;
+    the track_ values make them a graph over commits.
+    """
+    params = [[_BLAS], [_NUMBA], [_CORETYPE]]
+    param_names = ["blas_threads", "numba_threads", "OPENBLAS_CORETYPE"]
+
+    def setup(self, blas, numba_threads, coretype):
+        self.blas, self.numba_threads, _ = common.apply_threads()
+
+    def track_blas_threads(self, blas, numba_threads, coretype):
+        return self.blas
+    track_blas_threads.unit = "threads"
+
+    def track_numba_threads(self, blas, numba_threads, coretype):
+        return self.numba_threads
+    track_numba_threads.unit = "threads"
+
+
+# Run in a fresh interpreter with an empty NUMBA_CACHE_DIR, so Numba's on-disk cache
+# cannot hide the compile. Times import + first call, against a second call.
+_FIRST_CALL = r"""
+import json, sys, time
+import numpy, numba, scipy                   # not counted: every run pays these
+model, dtype = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+from harness import attention, rnn
+f = rnn if model == "rnn" else attention
+rng = numpy.random.default_rng(0)
+X = rng.standard_normal((8, 4)).astype(dtype)
+Ws = [rng.standard_normal((4, 4)).astype(dtype) for _ in range(2 if model == "rnn" else 3)]
+def once():
+    out = f.forward(X, *Ws)
+    if model == "rnn":
+        f.backward(X, out, Ws[0], Ws[1], out)
+    else:
+        f.backward(X, *Ws, out[1], out[0])
+once()
+t1 = time.perf_counter()
+once()
+t2 = time.perf_counter()
+print(json.dumps({"first": t1 - t0, "second": t2 - t1}))
+"""
+
+
+class CompileTime(common.Benchmark):
+    """Seconds from import to the end of the first forward + backward, nothing cached."""
+    params = [common.MODELS, ["float64"]]
+    param_names = ["model", "dtype"]
+    timeout = 300
+
+    def setup(self, model, dtype):
+        with tempfile.TemporaryDirectory(prefix="harness-numba-cache-") as cache:
+            env = dict(os.environ, NUMBA_CACHE_DIR=cache,
+                       NUMBA_NUM_THREADS=str(max(common.THREADS, 1)),
+                       OMP_NUM_THREADS=str(common.THREADS),
+                       OPENBLAS_NUM_THREADS=str(common.THREADS))
+            out = subprocess.run([sys.executable, "-c", _FIRST_CALL, model, dtype], env=env,
+                                 capture_output=True, text=True, timeout=self.timeout, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        self.first, self.second = r["first"], r["second"]
+
+    def track_first_call(self, model, dtype):
+        return self.first - self.second                  # compile (and import) beyond a warm call
+    track_first_call.unit = "seconds"
+
+
+def _best_seconds(f, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def attention_flops(T, d, batch=1):
+    """Floating-point operations of self-attention's forward with projections (2 per MAC).
+
+    Three projections 3 * 2 T d^2, the grid and the mix 2 * 2 T^2 d; the softmax's
+    O(T^2) exps and adds are not counted, as PyTorch's FlopCounterMode does not.
+    """
+    return batch * (6 * T * d * d + 4 * T * T * d)
+
+
+def gemm_peak_gflops(dtype, n=2048, repeats=5):
+    """This machine's GEMM rate: best of ``repeats`` (n x n) @ (n x n) np.dot calls."""
+    rng = np.random.default_rng(common.SEED)
+    a = rng.standard_normal((n, n)).astype(dtype)
+    b = rng.standard_normal((n, n)).astype(dtype)
+    np.dot(a, b)                                          # first call: BLAS buffers, page faults
+    return 2 * n ** 3 / _best_seconds(lambda: np.dot(a, b), repeats) / 1e9
+
+
+class GemmEfficiency(common.Benchmark):
+    """Achieved GFLOP/s of attention's forward, and its fraction of this machine's GEMM peak.
+
+    The peak is measured once per run in ``setup_cache`` (same threads), per dtype.
+    """
+    params = [[256, 1024, 4096], ["float32", "float64"]]
+    param_names = ["T", "dtype"]
+    d, repeats = 256, 3
+
+    def setup_cache(self):
+        common.apply_threads()
+        return {dtype: gemm_peak_gflops(dtype) for dtype in common.DTYPES}
+
+    def setup(self, peaks, T, dtype):
+        common.apply_threads()
+        self.peak = peaks[dtype]
+        common.warm_up("attention", dtype)
+        X, Ws = common.inputs("attention", T, self.d, 1, dtype)
+        common.run_forward("attention", X, Ws)
+        seconds = _best_seconds(lambda: common.run_forward("attention", X, Ws), self.repeats)
+        self.achieved = attention_flops(T, self.d) / seconds / 1e9
+
+    def track_attention_gflops(self, peaks, T, dtype):
+        return self.achieved
+    track_attention_gflops.unit = "GFLOP/s"
+
+    def track_gemm_peak_gflops(self, peaks, T, dtype):
+        return self.peak
+    track_gemm_peak_gflops.unit = "GFLOP/s"
+
+    def track_attention_fraction_of_peak(self, peaks, T, dtype):
+        return self.achieved / self.peak
+    track_attention_fraction_of_peak.unit = "fraction of GEMM peak"

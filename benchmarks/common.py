@@ -1,0 +1,123 @@
+"""What every benchmark shares: thread settings, sizes, seeds, inputs and warm-up.
+
+Thread counts are set here, once, all together: BLAS and Numba get the same
+count, ``HARNESS_BENCH_THREADS`` (default 1), so a timing never depends on
+whichever library picked its own default. ``OPENBLAS_CORETYPE`` is read and
+recorded, never changed. ``bench_machine.Threads`` puts all three in every
+results file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from harness import machine
+
+# --------------------------------------------------------------------------- threads
+
+THREADS = int(os.environ.get("HARNESS_BENCH_THREADS", "1"))   # BLAS = Numba = this
+
+
+def apply_threads():
+    """Set BLAS and Numba threads to THREADS; returns what the libraries now report."""
+    machine.set_threads(THREADS)
+    info = machine.describe()
+    return info["blas_threads"], info["numba_threads"], info["OPENBLAS_CORETYPE"] or "(unset)"
+
+
+apply_threads()     # at import: asv forks each benchmark from a process that imported this
+
+# --------------------------------------------------------------------------- sizes
+
+MODELS = ["rnn", "attention"]
+T_VALUES = [64, 256, 1024, 4096]
+D_VALUES = [64, 256]
+BATCHES = [1, 32]
+DTYPES = ["float32", "float64"]
+SEED = 1234                                # inputs from default_rng(SEED)
+
+# attention keeps A, (B, T, T): it runs where that grid has at most one 4096 x 4096's
+# elements (T = 4096 one sequence at a time; batch 32 up to T = 512). Past that one call
+# costs seconds and gigabytes on the 2-core, 24 GiB machines and says nothing new
+MAX_GRID_ELEMENTS = 4096 * 4096
+
+
+class Benchmark:
+    """Timing attributes for the whole suite: one round, few repeats, no extra warm-up.
+
+    The kernels are compiled and the memory touched in ``setup``; a full
+    ``asv run`` then takes minutes on two cores, not an hour.
+    """
+    rounds = 1                      # one process per benchmark (asv default: 2)
+    repeat = (1, 5, 2.0)            # min, max samples, and stop after ~2 s of them
+    warmup_time = 0.0               # setup already called the kernel once
+    timeout = 180
+
+
+# --------------------------------------------------------------------------- inputs
+
+def grid_fits(model, T, batch):
+    """False where attention's (B, T, T) grid would exceed MAX_GRID_ELEMENTS."""
+    return model != "attention" or batch * T * T <= MAX_GRID_ELEMENTS
+
+
+def skip_unless_fits(model, T, batch):
+    if not grid_fits(model, T, batch):
+        # asv records NotImplementedError from setup as "skipped", not as a failure
+        raise NotImplementedError(f"attention at T={T}, batch={batch}: the (B, T, T) grid "
+                                  f"has more than 4096 x 4096 elements")
+
+
+def inputs(model, T, d, batch, dtype, seed=SEED):
+    """X (T, d) or (B, T, d), and the model's weights, scaled to keep tanh and softmax tame."""
+    rng = np.random.default_rng(seed)
+    shape = (T, d) if batch == 1 else (batch, T, d)
+    X = rng.standard_normal(shape).astype(dtype)                     # (B, T, d)
+    s = 1.0 / math.sqrt(d)
+    n = 2 if model == "rnn" else 3                                   # W_xh, W_hh | Wq, Wk, Wv
+    Ws = [(rng.standard_normal((d, d)) * s).astype(dtype) for _ in range(n)]
+    return X, Ws
+
+
+def forward(model):
+    from harness import attention, rnn
+    return rnn.forward if model == "rnn" else attention.forward
+
+
+def backward(model):
+    from harness import attention, rnn
+    return rnn.backward if model == "rnn" else attention.backward
+
+
+def run_forward(model, X, Ws):
+    return forward(model)(X, *Ws)                                    # H | (Y, A)
+
+
+def run_backward(model, X, Ws, out):
+    """Backward from an upstream gradient equal to the forward's output."""
+    if model == "rnn":
+        return backward(model)(X, out, Ws[0], Ws[1], out)            # dH = H
+    Y, A = out
+    return backward(model)(X, *Ws, A, Y)                             # dY = Y
+
+
+def warm_up(model, dtype):
+    """Compile (or load from Numba's cache) every kernel a timed call will use.
+
+    Both the unbatched and the batched path, forward and backward, on tiny inputs.
+    """
+    for batch in (1, 2):
+        X, Ws = inputs(model, 3, 2, batch, dtype)
+        run_backward(model, X, Ws, run_forward(model, X, Ws))
+
+
+def analyser(name):
+    """``harness.<name>``, or skip the benchmark at commits that predate it."""
+    import importlib
+    try:
+        return importlib.import_module(f"harness.{name}")
+    except ImportError as e:
+        raise NotImplementedError(f"harness.{name} is not in this commit ({e})") from None
