@@ -6,6 +6,8 @@ change in what the analyser measures, not noise.
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
 
 from . import common
@@ -91,8 +93,11 @@ class DecaySweep(common.Benchmark):
         self.argv = ["decay", "--quiet", "--out", self.tmp.name]
         self.gradpath.rnn_decay(T=4, d=2)                         # compile outside the clock
         self.gradpath.attention_paths(T=4, d=2)
+        self.stdout, sys.stdout = sys.stdout, open(os.devnull, "w")   # the command prints its summary
 
     def teardown(self):
+        sys.stdout.close()
+        sys.stdout = self.stdout
         self.tmp.cleanup()
 
     def time_decay_sweep(self):
