@@ -12,10 +12,15 @@ import platform
 
 import numba
 import numpy as np
+# Numba's np.dot calls SciPy's OpenBLAS, a second library beside NumPy's. Load it
+# now, so that threadpoolctl sees both and a thread limit reaches the kernels too
+# (a limit set before it loads would leave it at its default thread count).
+import scipy.linalg.cython_blas  # noqa: F401
 from threadpoolctl import threadpool_info, threadpool_limits
 
 
 def blas_threads():
+    """Threads of the BLAS libraries loaded (NumPy's and SciPy's; the most of any)."""
     info = [p for p in threadpool_info() if p.get("user_api") == "blas"]
     return max((p["num_threads"] for p in info), default=None)
 

@@ -8,9 +8,10 @@ matrix-vector (or, batched, matrix-matrix) product per step into a preallocated
 buffer, followed by a vectorised tanh (see ``_vmath``). Nothing is allocated per
 step.
 
-Internally states are stored time-major, (T, B, d_h), so that the slice a step
-reads and the one it writes are contiguous. The public functions accept
-(T, d_in) or (B, T, d_in) and return the same leading shape.
+States stay in the caller's layout, (T, d_h) or (B, T, d_h): a batched step
+gathers its strided rows into one contiguous (B, d_h) buffer for the GEMM, which
+costs O(B d_h) per step and saves transposed copies of whole sequences (fresh
+pages are expensive here: 64 MiB first-touched costs 60 to 160 ms).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
     # X (T, d_in), W_xh (d_h, d_in), W_hh (d_h, d_h), b (d_h,), h0 (d_h,) -> H (T, d_h)
     T, d_h = H.shape
     np.dot(X, W_xh.T, H)                 # H[t] = W_xh x_t for every t: one GEMM
-    for i in range(d_h):
-        for t in range(T):
+    for t in range(T):
+        for i in range(d_h):
             H[t, i] += b[i]
     scratch = np.empty(d_h, dtype=np.int64)
     a = np.empty(d_h, dtype=H.dtype)
@@ -52,27 +53,30 @@ def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
 
 @njit(cache=True, error_model="numpy")
 def _forward_batch(X, W_xh, W_hh, b, h0, use_tanh, H):
-    # X (T, B, d_in) time-major, h0 (B, d_h) -> H (T, B, d_h)
-    T, B, d_h = H.shape
+    # X (B, T, d_in), h0 (B, d_h) -> H (B, T, d_h), in the caller's batch-major layout:
+    # the step's rows H[:, t] are strided, so each step works in a contiguous (B, d_h) buffer
+    B, T, d_h = H.shape
     d_in = X.shape[2]
-    np.dot(X.reshape(T * B, d_in), W_xh.T, H.reshape(T * B, d_h))
-    Hf = H.reshape(T * B, d_h)
-    for r in range(T * B):
+    Hf = H.reshape(B * T, d_h)
+    np.dot(X.reshape(B * T, d_in), W_xh.T, Hf)   # every input product at once
+    for r in range(B * T):
         for i in range(d_h):
             Hf[r, i] += b[i]
     scratch = np.empty(B * d_h, dtype=np.int64)
     a = np.empty((B, d_h), dtype=H.dtype)
+    h = h0.copy()                                # (B, d_h): h_{t-1}, then h_t
     W_hhT = W_hh.T
-    h_prev = h0
     for t in range(T):
-        np.dot(h_prev, W_hhT, a)         # rows are batch items: (B, d_h) @ (d_h, d_h)
-        h = H[t]
+        np.dot(h, W_hhT, a)                      # (B, d_h) @ (d_h, d_h): one GEMM per step
         for r in range(B):
             for i in range(d_h):
-                h[r, i] += a[r, i]
+                a[r, i] += H[r, t, i]
         if use_tanh:
-            tanh_inplace(h.reshape(B * d_h), scratch)
-        h_prev = h
+            tanh_inplace(a.reshape(B * d_h), scratch)
+        for r in range(B):
+            for i in range(d_h):
+                H[r, t, i] = a[r, i]
+        h, a = a, h                              # swap buffers: nothing allocated per step
 
 
 # -------------------------------------------------------------------------- backward
@@ -98,20 +102,21 @@ def _backward_vec(H, W_hh, dH, use_tanh, dA):
 
 @njit(cache=True, error_model="numpy")
 def _backward_batch(H, W_hh, dH, use_tanh, dA):
-    # H, dH (T, B, d_h) time-major -> dA (T, B, d_h); returns dl/dh0 (B, d_h)
-    T, B, d_h = H.shape
+    # H, dH (B, T, d_h) batch-major -> dA (B, T, d_h); returns dl/dh0 (B, d_h)
+    B, T, d_h = H.shape
     carry = np.zeros((B, d_h), dtype=H.dtype)
+    da = np.empty((B, d_h), dtype=H.dtype)     # the step's rows, contiguous for the GEMM
     for t in range(T - 1, -1, -1):
-        da = dA[t]
-        h = H[t]
-        if use_tanh:
-            for r in range(B):
+        for r in range(B):
+            if use_tanh:
                 for i in range(d_h):
-                    da[r, i] = (dH[t, r, i] + carry[r, i]) * (1.0 - h[r, i] * h[r, i])
-        else:
-            for r in range(B):
+                    h = H[r, t, i]
+                    da[r, i] = (dH[r, t, i] + carry[r, i]) * (1.0 - h * h)
+            else:
                 for i in range(d_h):
-                    da[r, i] = dH[t, r, i] + carry[r, i]
+                    da[r, i] = dH[r, t, i] + carry[r, i]
+            for i in range(d_h):
+                dA[r, t, i] = da[r, i]
         np.dot(da, W_hh, carry)                # rows: (W_hh^T da_t)^T = da_t^T W_hh
     return carry
 
@@ -157,10 +162,6 @@ def _check(X, W_xh, W_hh, b, h0, activation):
     return X, W_xh, W_hh, b, h0, batched
 
 
-def _time_major(X):
-    return np.ascontiguousarray(X.transpose(1, 0, 2))
-
-
 def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
     """Run the RNN over every position and return every state h_1..h_T.
 
@@ -175,10 +176,9 @@ def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
         H = np.empty((X.shape[0], d_h), dtype=X.dtype)
         _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H)
         return H
-    B, T, _ = X.shape
-    H = np.empty((T, B, d_h), dtype=X.dtype)
-    _forward_batch(_time_major(X), W_xh, W_hh, b, h0, use_tanh, H)
-    return H.transpose(1, 0, 2).copy()
+    H = np.empty(X.shape[:2] + (d_h,), dtype=X.dtype)
+    _forward_batch(X, W_xh, W_hh, b, h0, use_tanh, H)
+    return H
 
 
 def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
@@ -196,26 +196,22 @@ def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
     dH = v.as_float_array("dH", dH, X.ndim, dtype)
     v.check_shape("dH", dH, H.shape)
     use_tanh = activation == "tanh"
-    if not batched:
-        dA = np.empty_like(H)
-        dh0 = _backward_vec(H, W_hh, dH, use_tanh, dA)
-        H_prev = np.concatenate([h0[None, :], H[:-1]])        # (T, d_h): h_0..h_{T-1}
-        X2, dA2, Hp2 = X, dA, H_prev
-    else:
-        Ht, dHt = _time_major(H), _time_major(dH)
-        dA = np.empty_like(Ht)                                 # (T, B, d_h)
-        dh0 = _backward_batch(Ht, W_hh, dHt, use_tanh, dA)
-        H_prev = np.concatenate([h0[None], Ht[:-1]])          # (T, B, d_h)
-        T, B = dA.shape[:2]
-        X2 = _time_major(X).reshape(T * B, -1)
-        dA2, Hp2 = dA.reshape(T * B, d_h), H_prev.reshape(T * B, d_h)
-    # the parameter gradients are sums over steps: one GEMM each, after the loop
-    dW_hh = matmul(dA2.T, Hp2)
-    dW_xh = matmul(dA2.T, X2)
+    dA = np.empty_like(H)                                      # dl/da_t, shaped like H
+    dh0 = (_backward_vec if not batched else _backward_batch)(H, W_hh, dH, use_tanh, dA)
+    # The parameter gradients are sums over steps: GEMMs after the loop, on views of the
+    # caller's layout (no transposed copies). a_t used h_{t-1}, and h_0 for t = 1.
+    dA3, H3 = (dA, H) if batched else (dA[None], H[None])     # (B, T, d_h)
+    h03 = h0 if batched else h0[None]                          # (B, d_h)
+    B, T = dA3.shape[:2]
+    dW_hh = matmul(dA3[:, 0].T, h03)                           # the first step's h_0 term
+    if T > 1:
+        part = np.empty_like(dW_hh)
+        for r in range(B):                                     # one (T-1)-long GEMM per sequence
+            dW_hh += matmul(dA3[r, 1:].T, H3[r, :-1], out=part)
+    dA2 = dA.reshape(-1, d_h)                                  # (B T, d_h)
+    dW_xh = matmul(dA2.T, X.reshape(-1, X.shape[-1]))
     db = dA2.sum(axis=0)
-    dX = matmul(dA2, W_xh)
-    if batched:
-        dX = dX.reshape(dA.shape[0], dA.shape[1], -1).transpose(1, 0, 2).copy()
-        if shared_h0:                 # one h0 broadcast over the batch: its gradient sums
-            dh0 = dh0.sum(axis=0)
+    dX = matmul(dA2, W_xh).reshape(X.shape)
+    if shared_h0:                      # one h0 broadcast over the batch: its gradient sums
+        dh0 = dh0.sum(axis=0)
     return RNNGrads(dX, dW_xh, dW_hh, db, dh0)
