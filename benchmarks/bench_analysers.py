@@ -6,6 +6,7 @@ change in what the analyser measures, not noise.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -46,9 +47,12 @@ class Depth(common.Benchmark):
 
 
 class DecayRate(common.Benchmark):
-    """Fitted ln-norm per step of ||dh_T/dh_{T-k}|| on orthogonal W_hh (T, d the analyser's defaults).
+    """The gradient-path analyser's fitted decay of ||dh_T/dh_{T-k}||, orthogonal W_hh, default T, d.
 
-    Identity: log(rho) exactly; tanh: below it, by how much saturation adds.
+    ``track_fitted_rate`` is the fitted slope of ln ||.|| per step: log(rho) exactly for
+    the identity, lower for tanh by what saturation adds. ``track_fitted_factor`` is
+    exp(rate), the norm's ratio per step (rho for the identity): always positive, so
+    asv's compare reads its changes right (it misreads equal negative values as changes).
     """
     params = [["identity", "tanh"], [0.5, 0.9, 1.1]]
     param_names = ["activation", "rho"]
@@ -64,6 +68,10 @@ class DecayRate(common.Benchmark):
         return self.rate
     track_fitted_rate.unit = "ln(norm) per step"
 
+    def track_fitted_factor(self, activation, rho):
+        return math.exp(self.rate)
+    track_fitted_factor.unit = "norm ratio per step"
+
 
 class AttentionDecayRate(common.Benchmark):
     """The same fit for self-attention: about 0, one alpha factor at every distance."""
@@ -77,6 +85,10 @@ class AttentionDecayRate(common.Benchmark):
     def track_fitted_rate(self):
         return self.rate
     track_fitted_rate.unit = "ln(norm) per step"
+
+    def track_fitted_factor(self):
+        return math.exp(self.rate)
+    track_fitted_factor.unit = "norm ratio per step"
 
 
 class DecaySweep(common.Benchmark):
