@@ -30,6 +30,13 @@ def ensure_writable_dir(path, arg="--out"):
     return p
 
 
+def umask():
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path, data: bytes):
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -38,6 +45,7 @@ def atomic_write_bytes(path, data: bytes):
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~umask())      # mkstemp makes 0600; a report is for reading
         os.replace(tmp, path)
     except BaseException:
         try:

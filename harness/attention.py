@@ -170,7 +170,7 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False):
     X, Wq, Wk, Wv = _check_self(X, Wq, Wk, Wv, scale, causal)
     X3 = _batch3(X)
     B, T, d_model = X3.shape
-    _grid_bytes(1, T, X.itemsize, 1)                 # before A is copied, if it must be
+    _grid_bytes(B + 1, T, X.itemsize, 1)             # A (copied if strided) and dS, before either
     lead = X.shape[:-1]                              # (T,) or (B, T): shapes as the user passed them
     A = v.as_float_array("A", A, X.ndim, X.dtype)
     v.check_shape("A", A, lead + (T,))
@@ -264,8 +264,8 @@ def _check_alignment(S, H, Wsa, Wha, va, nonlinearity):
 
 def _alignment(S, H, Wsa, Wha, va, use_tanh):
     T_y, T_x, d_a = S.shape[0], H.shape[0], va.shape[0]
-    Ps = S @ Wsa.T                                   # (T_y, d_a): one projection per step
-    Ph = H @ Wha.T                                   # (T_x, d_a): one per position
+    Ps = matmul(S, Wsa.T)                            # (T_y, d_a): one projection per step
+    Ph = matmul(H, Wha.T)                            # (T_x, d_a): one per position
     Tn = np.empty((T_y, T_x, d_a), dtype=S.dtype)
     alpha = np.empty((T_y, T_x), dtype=S.dtype)
     _alignment_grid(Ps, Ph, va, use_tanh, Tn, alpha)
@@ -296,16 +296,17 @@ def alignment_backward(S, H, Wsa, Wha, va, dC, nonlinearity="tanh"):
     v.check_shape("dC", dC, (S.shape[0], H.shape[1]))
     use_tanh = nonlinearity == "tanh"
     alpha, Tn = _alignment(S, H, Wsa, Wha, va, use_tanh)
-    C = alpha @ H                                    # (T_y, d_h)
-    dH_value = alpha.T @ dC                          # route 1: c_i = sum_j alpha_ij h_j
+    C = matmul(alpha, H)                             # (T_y, d_h)
+    dH_value = matmul(alpha.T, dC)                   # route 1: c_i = sum_j alpha_ij h_j
     # dl/de_ij = alpha_ij dC_i . (h_j - c_i): a score moves by how far h_j is from the mix
-    dE = alpha * (dC @ H.T - (dC * C).sum(axis=1, keepdims=True))
+    dE = alpha * (matmul(dC, H.T) - (dC * C).sum(axis=1, keepdims=True))
     dPs = np.zeros((S.shape[0], va.shape[0]), dtype=S.dtype)
     dPh = np.zeros((H.shape[0], va.shape[0]), dtype=S.dtype)
     dva = np.zeros_like(va)
     _alignment_grid_backward(Tn, va, dE, use_tanh, dPs, dPh, dva)
-    dH_score = dPh @ Wha                             # route 2: h_j inside a(s_i, h_j)
+    dH_score = matmul(dPh, Wha)                      # route 2: h_j inside a(s_i, h_j)
     return AlignmentGrads(
-        dS=dPs @ Wsa, dH=dH_value + dH_score, dWsa=dPs.T @ S, dWha=dPh.T @ H, dva=dva,
+        dS=matmul(dPs, Wsa), dH=dH_value + dH_score, dWsa=matmul(dPs.T, S),
+        dWha=matmul(dPh.T, H), dva=dva,
         dH_value=dH_value, dH_score=dH_score,
     )

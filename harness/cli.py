@@ -60,6 +60,12 @@ def main(argv=None):
     except UsageError as e:
         print(f"harness {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except (ValueError, TypeError, MemoryError) as e:
+        # the analysers check their own arguments and say which one is wrong;
+        # the command line shows that message as one line, not a traceback
+        print(f"harness {args.command}: error: {type(e).__name__}: {e}".splitlines()[0],
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"harness {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -44,6 +44,7 @@ ACTIVATIONS = ("identity", "tanh")
 WEIGHTS = ("orthogonal", "gaussian")
 MEASURES = ("both", "probe", "exact")
 LN10 = math.log(10.0)
+PROBE_SEED = 12345      # the fixed random probe u of the loss u.h_T, the same in every measure
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,16 @@ def _probe_backward(WT, u, S, m):
     V[T - 1] = v
     L[T - 1] = 0.0
     acc = 0.0
-    w = np.empty(d_h)
+    w = np.empty(d_h)                         # (d_h,) phi'_i * dl/dh_i, reused every step
     for i in range(T - 1, 0, -1):
         # forward: h_i = phi(W_hh h_{i-1} + W_xh x_i)  =>  dl/dh_{i-1} = W_hh^T (phi'_i * dl/dh_i)
         for j in range(d_h):
             w[j] = S[i, j] * v[j]
-        v = np.dot(WT, w)                     # (d_h,)
-        n = math.sqrt(np.dot(v, v))
+        np.dot(WT, w, v)                      # (d_h,) into v: no allocation in the loop
+        ss = 0.0
+        for j in range(d_h):
+            ss += v[j] * v[j]
+        n = math.sqrt(ss)
         if n == 0.0:                          # an exactly singular path: the gradient is 0
             for r in range(i - 1, -1, -1):
                 V[r] = 0.0
@@ -128,8 +132,12 @@ def _jacobian_products(W, S, m):
         for r in range(d_h):                  # cur @ diag(phi'_i): scale the columns
             for c in range(d_h):
                 Q[r, c] = cur[r, c] * S[i, c]
-        cur = np.dot(Q, W)                    # (d_h, d_h)
-        n = math.sqrt(np.sum(cur * cur))
+        np.dot(Q, W, cur)                     # (d_h, d_h) into cur: no allocation in the loop
+        ss = 0.0
+        for r in range(d_h):
+            for c in range(d_h):
+                ss += cur[r, c] * cur[r, c]
+        n = math.sqrt(ss)
         if n == 0.0:
             for r in range(k - 1, T - 1):
                 P[r] = 0.0
@@ -242,7 +250,7 @@ def rnn_gradient_norms(X, W_xh, W_hh, activation="tanh", measure="both", probe=N
     check_choice("activation", activation, ACTIVATIONS)
     check_choice("measure", measure, MEASURES)
     if probe is None:
-        probe = np.random.default_rng(12345).normal(size=d_h)
+        probe = np.random.default_rng(PROBE_SEED).normal(size=d_h)
     probe = as_float_array("probe", probe, 1).astype(np.float64)
     if probe.shape != (d_h,):
         raise ValueError(f"probe must have shape ({d_h},), got {probe.shape}.")

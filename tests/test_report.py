@@ -155,3 +155,38 @@ def test_renders_in_headless_chromium_without_broken_images(built, tmp_path):
     m = re.search(r'data-broken-images="(\d+)"', r.stdout)
     assert m, r.stderr[-2000:]
     assert m.group(1) == "0"
+
+
+def _caption(out, key):
+    return dict((k, c) for k, c, _ in _sections(_html(out)))[key]
+
+
+def test_depth_and_schedule_captions_state_the_closed_forms(built):
+    """The numbers in the captions, against closed forms derived by hand, not from the CSVs."""
+    cfg = report.QUICK
+    T0, T1, d = min(cfg.depth_T), max(cfg.depth_T), cfg.depth_d
+    cap = _caption(built, "depth")
+    assert f"from {3 * T0} to {3 * T1} operations" in cap           # RNN: 3 ops per step
+    assert "span stays 9 and its path 2" in cap                     # attention: constant
+    T, ds = cfg.schedule_T, cfg.schedule_d
+    lg = lambda n: (n - 1).bit_length()                             # ceil(log2 n)
+    cap = _caption(built, "schedule")
+    assert f"span of {T * (lg(ds) + 3):,}" in cap                   # RNN, scalar tasks
+    assert f"floor of {T * (ds + 2):,} steps" in cap                # RNN, element tasks
+    assert f"(span {7 + 2 * lg(ds) + 3 * lg(T)})" in cap             # attention, scalar tasks
+
+
+def test_work_caption_crossover_is_at_d(built):
+    cap = _caption(built, "work")
+    d = report.QUICK.depth_d
+    assert f"cross at T = {d:,} (d = {d})" in cap
+    x = pd.read_csv(built / "crossover.csv")
+    assert int(x[x.variant == "attention"].d.iloc[0]) == d          # timed at the counted d
+
+
+def test_report_files_are_readable_by_others(built):
+    from harness._io import umask
+    mask = umask()
+    assert built.stat().st_mode & 0o777 == 0o777 & ~mask      # not mkdtemp's 0700
+    for path in built.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path.name
