@@ -28,6 +28,7 @@ rates per step in natural log (``fitted_rate`` against ``log(rho)``).
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ from numba import njit
 
 from harness import attention, rnn
 from harness._io import UsageError, atomic_write_csv, ensure_writable_dir
-from harness._validate import as_float_array, check_choice, check_memory
+from harness._validate import as_float_array, available_memory_bytes, check_choice, check_memory
 
 ACTIVATIONS = ("identity", "tanh")
 WEIGHTS = ("orthogonal", "gaussian")
@@ -188,6 +189,7 @@ def recurrent_matrix(d, rho, kind="orthogonal", seed=0):
     _check_positive_int("d", d)
     _check_rho(rho)
     check_choice("kind", kind, WEIGHTS)
+    _check_seed(seed)
     rng = np.random.default_rng(seed)
     G = rng.normal(size=(d, d))
     if kind == "orthogonal":
@@ -206,6 +208,19 @@ def _check_rho(rho, arg="rho"):
 def _check_positive_int(name, v, minimum=1):
     if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}.")
+
+
+def _check_seed(seed, arg="seed"):
+    """A seed for np.random.default_rng: an integer >= 0 (SeedSequence rejects negatives)."""
+    _check_positive_int(arg, seed, 0)
+
+
+def _check_scale(v, arg="input_scale"):
+    """The std of the inputs: a real number, finite and >= 0."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{arg} must be a real number >= 0, got {type(v).__name__} {v!r}.")
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{arg} must be a finite number >= 0, got {v!r}.")
 
 
 def _fit_rate(log_norm, fit_from):
@@ -292,8 +307,8 @@ def rnn_decay(T=256, d=32, rho=0.9, weight="orthogonal", activation="tanh", inpu
     check_choice("weight", weight, WEIGHTS)
     check_choice("activation", activation, ACTIVATIONS)
     check_choice("measure", measure, MEASURES)
-    if not (math.isfinite(input_scale) and input_scale >= 0):
-        raise ValueError(f"input_scale must be a finite number >= 0, got {input_scale!r}.")
+    _check_scale(input_scale)
+    _check_seed(seed)
     if measure == "both" and d > exact_max_d:
         measure = "probe"                    # the O(T d^3) product is not worth it here
     W_hh = recurrent_matrix(d, rho, weight, seed)
@@ -340,6 +355,8 @@ def attention_path_jacobians(X, Wq, Wk, Wv):
             raise ValueError(f"{n} must have d_model={d_model} rows, got shape {w.shape}.")
     if Wq.shape != Wk.shape:
         raise ValueError(f"Wq and Wk must have the same shape (d_model, d_k), got {Wq.shape} and {Wk.shape}.")
+    check_memory(max(_attention_stages(T, d_model, Wv.shape[1]).values()),
+                 f"the attention paths (T={T}, d_model={d_model})")
     X, Wq, Wk, Wv = (a.astype(np.float64) for a in (X, Wq, Wk, Wv))
     d_k = Wq.shape[1]
     alpha = attention.forward(X, Wq, Wk, Wv)[1][T - 1]     # (T,): the last row only matters
@@ -360,6 +377,8 @@ def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=No
     weight="gaussian"), with log10_norm the spectral norm of the whole Jacobian and
     log10_value / log10_score its two routes. Every k crosses one alpha factor.
     """
+    _check_scale(input_scale)
+    _check_seed(seed)
     if X is None:
         _check_positive_int("T", T, 2)
         _check_positive_int("d", d)
@@ -429,57 +448,110 @@ def lesson_additive_routes(va_scales=(0.5, 2.0)):
 # Clipping
 # ---------------------------------------------------------------------------
 
+def _wxh_terms(W_hh, S, m, X, ln_upstream, upstream_dir):
+    """The per-step W_xh terms of dl/dW_xh for the upstream dl/dh_T = exp(ln_upstream) u, log-scaled.
+
+    term_t = (phi'_t * dl/dh_t) x_t^T = exp(ln_a[t]) D[t] x_t^T, D (T, d_h) = S_t * V_t.
+    Returns ln_a (T,), D (T, d_h) and ln_norm (T,) = ln ||term_t||_F.
+    """
+    V, L = _probe_backward(np.ascontiguousarray(W_hh.T), upstream_dir, S, m)
+    ln_a = ln_upstream + L + m
+    D = S * V                                                   # (T, d_h)
+    with np.errstate(divide="ignore"):
+        ln_norm = ln_a + np.log(np.linalg.norm(D, axis=1)) + np.log(np.linalg.norm(X, axis=1))
+    return ln_a, D, ln_norm
+
+
+def _sum_terms(ln_a, D, X, ln_unit):
+    """sum_t term_t in units of exp(ln_unit): (d_h, d_in). ln_unit near max(ln_a) keeps it finite."""
+    return (np.exp(ln_a - ln_unit)[:, None] * D).T @ X
+
+
+def clip_by_norm(G, ln_unit, threshold):
+    """clip(g) = g min(1, threshold/||g||) for g = exp(ln_unit) G, in the same log-scaled form.
+
+    Returns (G, ln_unit'): the clip multiplies the scale, so a gradient of norm 1e400
+    is clipped without ever being formed. ``clip_by_norm(g, 0, tau)`` clips a plain array.
+    """
+    ln_g = ln_unit + _ln(np.linalg.norm(G))
+    return G, ln_unit + min(0.0, math.log(threshold) - ln_g)
+
+
+def _ln(x):
+    """Natural log, -inf at 0 (a zero gradient) instead of an error."""
+    return math.log(x) if x > 0 else -math.inf
+
+
 def clipping_experiment(rhos=DEFAULT.rhos, threshold=DEFAULT.clip_threshold, T=DEFAULT.clip_T,
                         d=16, weight="orthogonal", activation="identity", input_scale=1.0, seed=0):
-    """Clip the total gradient dl/dW_xh (l = u.h_T) and watch each distance's contribution.
+    """Clip the total gradient g = dl/dW_xh (l = u.h_T) and measure each distance's contribution.
 
-    The contribution of distance k is the W_xh term of step T-k, (phi'_{T-k} * dl/dh_{T-k}) x_{T-k}^T.
-    Clipping scales their sum by c = min(1, threshold/||g||), hence each of them by c,
-    and the far/near ratio (k = T-1 over k = 1) stays where it was. One row per rho,
-    log10 throughout; ``residual`` is max |clip(g) - c sum_k C_k| / ||clip(g)||, all
-    computed in log-scaled form so exploding cases do not overflow.
+    The contribution of distance k is the W_xh term of step T-k,
+    C_k = (phi'_{T-k} * dl/dh_{T-k}) x_{T-k}^T, and g = sum_k C_k. The experiment
+    computes g, clips it (g min(1, threshold/||g||)), and measures the clipped
+    gradient's contributions by back-propagating again from the upstream that
+    produces it: g is linear in dl/dh_T, so clip(g) is the gradient for the upstream
+    dl/dh_T scaled by ||clip(g)|| / ||g||. The far/near ratio (k = T-1 over k = 1)
+    before and after comes from the two passes; ``residual`` is
+    max |clip(g) - sum_k C_k^after| / max |clip(g)|. Log-scaled throughout, so
+    exploding cases do not overflow. One row per rho, log10 throughout.
     """
+    try:
+        rhos = tuple(rhos)
+    except TypeError:
+        raise TypeError(f"rhos must be a sequence of numbers > 0, got {rhos!r}.") from None
+    if len(rhos) == 0:
+        raise ValueError("rhos must hold at least one spectral radius, got an empty sequence.")
+    for rho in rhos:
+        _check_rho(rho, "rhos")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+            or not (math.isfinite(threshold) and threshold > 0):
+        raise ValueError(f"threshold must be a finite number > 0, got {threshold!r}.")
     _check_positive_int("T", T, 3)
     _check_positive_int("d", d)
-    if not (math.isfinite(threshold) and threshold > 0):
-        raise ValueError(f"threshold must be a finite number > 0, got {threshold!r}.")
+    check_choice("weight", weight, WEIGHTS)
+    check_choice("activation", activation, ACTIVATIONS)
+    _check_scale(input_scale)
+    _check_seed(seed)
+    u = np.random.default_rng(PROBE_SEED).normal(size=d)
+    u /= np.linalg.norm(u)                                      # dl/dh_T, unit
+    near, far = T - 2, 0                                        # k = 1 and k = T-1, 0-based steps
     rows = []
     for rho in rhos:
-        _check_rho(rho)
         W_hh = recurrent_matrix(d, rho, weight, seed)
         rng = np.random.default_rng([seed, 1])
         W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
         X = rng.normal(size=(T, d)) * input_scale
-        u = np.random.default_rng(12345).normal(size=d)
-        u /= np.linalg.norm(u)
         S, m = _scaled_derivatives(X, W_xh, W_hh, activation)
-        Vd, L = _probe_backward(np.ascontiguousarray(W_hh.T), u, S, m)
-        # term t: exp(L_t + m_t) (S_t * V_t) x_t^T  -- ln of its norm, and its unit-scaled factor
-        Dir = S * Vd                                            # (T, d_h)
-        ln_c = L + m + np.log(np.linalg.norm(Dir, axis=1)) + np.log(np.linalg.norm(X, axis=1))
-        top = np.max(L + m)
-        Gs = (np.exp(L + m - top)[:, None] * Dir).T @ X         # (d_h, d_in) = g / e^top
-        ln_g = top + math.log(np.linalg.norm(Gs))
-        ln_factor = min(0.0, math.log(threshold) - ln_g)
-        ln_after = ln_c + ln_factor                             # each term times the one factor
-        # both sides in units of the threshold, so neither overflows nor underflows:
-        # clip(g) itself, and the sum rebuilt from the rescaled terms
-        ln_tau = math.log(threshold)
-        clipped = Gs * math.exp(top + ln_factor - ln_tau)
-        rebuilt = (np.exp(L + m + ln_factor - ln_tau)[:, None] * Dir).T @ X
-        scale = np.abs(clipped).max()
-        near, far = T - 2, 0                                    # k = 1 and k = T-1, 0-based steps
+
+        # before: the terms and their sum, g = exp(ln_g_unit) G
+        ln_a, D, ln_c = _wxh_terms(W_hh, S, m, X, 0.0, u)
+        ln_g_unit = float(np.max(ln_a))
+        G = _sum_terms(ln_a, D, X, ln_g_unit)                  # (d_h, d_in)
+        ln_g = ln_g_unit + _ln(np.linalg.norm(G))
+
+        # clip the total, then read the factor off the clipped gradient itself
+        Gc, ln_clip_unit = clip_by_norm(G, ln_g_unit, threshold)
+        ln_clip = ln_clip_unit + _ln(np.linalg.norm(Gc))       # ln ||clip(g)||
+        ln_factor = ln_clip - ln_g if math.isfinite(ln_g) else 0.0   # g = 0: nothing to clip
+
+        # after: back-propagate the clipped upstream and split the clipped gradient by step
+        ln_a2, D2, ln_c2 = _wxh_terms(W_hh, S, m, X, ln_factor, u)
+        rebuilt = _sum_terms(ln_a2, D2, X, ln_clip_unit)       # sum_k C_k^after, same units as Gc
+        top = np.abs(Gc).max()
+        c_near, c_far, c2_near, c2_far = (float(v) for v in (ln_c[near], ln_c[far], ln_c2[near], ln_c2[far]))
         rows.append({
             "rho": float(rho), "weight": weight, "activation": activation, "T": T, "d": d,
             "threshold": threshold,
             "log10_total_before": ln_g / LN10,
-            "log10_total_after": (ln_g + ln_factor) / LN10,
+            "log10_total_after": ln_clip / LN10,
             "log10_clip_factor": ln_factor / LN10,
-            "log10_near_before": ln_c[near] / LN10, "log10_near_after": ln_after[near] / LN10,
-            "log10_far_before": ln_c[far] / LN10, "log10_far_after": ln_after[far] / LN10,
-            "log10_far_over_near_before": (ln_c[far] - ln_c[near]) / LN10,
-            "log10_far_over_near_after": (ln_after[far] - ln_after[near]) / LN10,
-            "residual": float(np.abs(clipped - rebuilt).max() / scale) if scale > 0 else 0.0,
+            "log10_near_before": c_near / LN10, "log10_near_after": c2_near / LN10,
+            "log10_far_before": c_far / LN10, "log10_far_after": c2_far / LN10,
+            # NaN, not a warning, when both are 0 (zero inputs)
+            "log10_far_over_near_before": (c_far - c_near) / LN10,
+            "log10_far_over_near_after": (c2_far - c2_near) / LN10,
+            "residual": float(np.abs(Gc - rebuilt).max() / top) if top > 0 else 0.0,
         })
     return pd.DataFrame(rows)
 
@@ -569,6 +641,44 @@ def decay_sweep(config=DEFAULT, progress=None):
     return frame, summarise(frame, config.fit_from)
 
 
+def _attention_stages(T, d, d_v=None):
+    """Peak bytes of the attention stages: the T x T grid, then the (T-1) path Jacobians."""
+    d_v = d if d_v is None else d_v
+    return {"attention grid": 2 * T * T * 8 + 4 * T * d * 8,            # scores and weights
+            "attention path Jacobians": 3 * (T - 1) * d_v * d * 8}      # value, score, their sum
+
+
+def stage_memory_bytes(T, d, measure=DEFAULT.measure, exact_max_d=DEFAULT.exact_max_d,
+                       attention=True):
+    """Peak bytes of each stage of one (T, d) configuration of the sweep, as {stage: bytes}.
+
+    The stages run one after another, so the sweep needs the largest of them.
+    """
+    stages = {"RNN trajectory": 8 * T * d * 8}                       # X, H, A, S, V, ... (T, d)
+    if measure == "exact" or (measure == "both" and d <= exact_max_d):
+        stages["exact Jacobian products"] = 2 * (T - 1) * d * d * 8   # P and its normalised copy
+    if attention:
+        stages.update(_attention_stages(T, d))
+    return stages
+
+
+def check_config_memory(config, available=None):
+    """Raise MemoryError naming T, d and the stage if any stage of the sweep cannot fit.
+
+    Done before any work, so a sweep that would fail at its last stage fails at once.
+    """
+    avail = available_memory_bytes() if available is None else available
+    for T in config.Ts:
+        for d in config.ds:
+            stages = stage_memory_bytes(T, d, config.measure, config.exact_max_d, config.attention)
+            stage, need = max(stages.items(), key=lambda kv: kv[1])
+            if need > avail:
+                raise MemoryError(
+                    f"T={T}, d={d}: stage {stage!r} needs {need:,} bytes ({need / 2**30:.2f} GiB) but "
+                    f"only {avail / 2**30:.2f} GiB are available; use a smaller T or d"
+                    + (" (or --no-attention)" if stage.startswith("attention") else ""))
+
+
 def validate_config(config):
     """Raise ValueError naming the field for a config the sweep cannot run."""
     for name in ("rhos", "activations", "weights", "input_scales", "Ts", "ds"):
@@ -581,8 +691,8 @@ def validate_config(config):
     for w in config.weights:
         check_choice("weights", w, WEIGHTS)
     for s in config.input_scales:
-        if not (math.isfinite(s) and s >= 0):
-            raise ValueError(f"input_scales must be finite and >= 0, got {s!r}.")
+        _check_scale(s, "input_scales")
+    _check_seed(config.seed)
     for T in config.Ts:
         _check_positive_int("Ts", T, 2)
     for d in config.ds:
@@ -590,6 +700,7 @@ def validate_config(config):
     check_choice("measure", config.measure, MEASURES)
     if not 0.0 <= config.fit_from < 1.0:
         raise ValueError(f"fit_from must be in [0, 1), got {config.fit_from!r}.")
+    check_config_memory(config)
 
 
 # ---------------------------------------------------------------------------
@@ -662,17 +773,17 @@ def _config_from_args(args):
         raise UsageError(f"--measure: must be one of {', '.join(MEASURES)}; got {args.measure!r}")
     if not (math.isfinite(args.clip_threshold) and args.clip_threshold > 0):
         raise UsageError(f"--clip-threshold: must be > 0, got {args.clip_threshold:g}")
-    for T in args.T:
-        for d in args.d:
-            need = T * d * 8 * 4 + (T * d * d * 16 if args.measure != "probe" and d <= DEFAULT.exact_max_d else 0)
-            try:
-                check_memory(need, f"T={T}, d={d}")
-            except MemoryError as e:
-                raise UsageError(f"--T/--d: {e}") from None
-    return replace(DEFAULT, rhos=tuple(args.rho), activations=tuple(args.activation),
-                   weights=tuple(args.weight), input_scales=tuple(args.input_scale),
-                   Ts=tuple(args.T), ds=tuple(args.d), seed=args.seed, measure=args.measure,
-                   attention=not args.no_attention, clip_threshold=args.clip_threshold)
+    if args.seed < 0:
+        raise UsageError(f"--seed: must be an integer >= 0, got {args.seed}")
+    config = replace(DEFAULT, rhos=tuple(args.rho), activations=tuple(args.activation),
+                     weights=tuple(args.weight), input_scales=tuple(args.input_scale),
+                     Ts=tuple(args.T), ds=tuple(args.d), seed=args.seed, measure=args.measure,
+                     attention=not args.no_attention, clip_threshold=args.clip_threshold)
+    try:                                   # every stage's memory, before any work is done
+        check_config_memory(config)
+    except MemoryError as e:
+        raise UsageError(f"--T/--d: {e}") from None
+    return config
 
 
 def _progress_printer(stream):
@@ -693,8 +804,21 @@ def _progress_printer(stream):
 
 
 def run(args):
-    config = _config_from_args(args)
+    config = _config_from_args(args)          # every check first: a bad argument creates nothing
+    existed = os.path.lexists(args.out)
     out = ensure_writable_dir(args.out)
+    try:
+        return _run(args, config, out)
+    except BaseException:
+        if not existed:                       # leave no empty directory of this run behind
+            try:
+                out.rmdir()
+            except OSError:
+                pass
+        raise
+
+
+def _run(args, config, out):
     t0 = time.perf_counter()
     progress = None if args.quiet else _progress_printer(sys.stderr)
     frame, summary = decay_sweep(config, progress=progress)

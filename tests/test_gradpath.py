@@ -330,7 +330,7 @@ def test_clipping_rescales_every_contribution_by_one_factor():
         rng = np.random.default_rng([0, 1])
         W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
         X = rng.normal(size=(T, d))
-        u = np.random.default_rng(12345).normal(size=d)
+        u = np.random.default_rng(gradpath.PROBE_SEED).normal(size=d)
         total, terms = naive_bptt_dWxh(X, W_xh, W_hh, u / np.linalg.norm(u), "tanh")
         n = np.linalg.norm(total)
         assert abs(df.loc[rho, "log10_total_before"] - math.log10(n)) < 1e-9
@@ -339,6 +339,111 @@ def test_clipping_rescales_every_contribution_by_one_factor():
         c = min(1.0, thr / n)
         assert abs(df.loc[rho, "log10_clip_factor"] - math.log10(c)) < 1e-9
         assert abs(df.loc[rho, "log10_total_after"] - math.log10(min(n, thr))) < 1e-9
+        # after: the terms of the clipped total, from the twin clipped here
+        assert abs(df.loc[rho, "log10_near_after"] - math.log10(c * np.linalg.norm(terms[T - 2]))) < 1e-9
+        assert abs(df.loc[rho, "log10_far_after"] - math.log10(c * np.linalg.norm(terms[0]))) < 1e-9
+
+
+def naive_clip_contributions(terms, threshold, per_contribution=False):
+    """Norms of each step's term after clipping: the total (right) or each term alone (wrong)."""
+    norms = np.array([np.linalg.norm(t) for t in terms])
+    if per_contribution:
+        return np.minimum(norms, threshold)
+    return norms * min(1.0, threshold / np.linalg.norm(sum(terms)))
+
+
+@pytest.mark.parametrize("rho", [0.5, 1.5])
+def test_clipping_acts_on_the_total_not_on_each_contribution(rho):
+    # a threshold between the near and the far term: clipping each term alone would move
+    # the far/near ratio, clipping the total does not
+    T, d = 30, 6
+    W_hh = gradpath.recurrent_matrix(d, rho, "orthogonal", 0)
+    rng = np.random.default_rng([0, 1])
+    W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
+    X = rng.normal(size=(T, d))
+    u = np.random.default_rng(gradpath.PROBE_SEED).normal(size=d)
+    _, terms = naive_bptt_dWxh(X, W_xh, W_hh, u / np.linalg.norm(u), "identity")
+    near, far = np.linalg.norm(terms[T - 2]), np.linalg.norm(terms[0])
+    thr = math.sqrt(near * far)                             # strictly between the two
+    assert min(near, far) < thr < max(near, far)
+    row = gradpath.clipping_experiment(rhos=(rho,), threshold=thr, T=T, d=d).iloc[0]
+    right = np.log10(naive_clip_contributions(terms, thr))
+    wrong = np.log10(naive_clip_contributions(terms, thr, per_contribution=True))
+    got = np.array([row.log10_far_after, row.log10_near_after])
+    np.testing.assert_allclose(got, right[[0, T - 2]], atol=1e-9)
+    assert np.abs(got - wrong[[0, T - 2]]).max() > 1.0      # the wrong clip is far off
+    assert abs(row.log10_far_over_near_after - row.log10_far_over_near_before) < 1e-9
+    assert abs((wrong[0] - wrong[T - 2]) - row.log10_far_over_near_before) > 1.0
+    assert row.residual < 1e-12
+
+
+def test_clip_by_norm_clips_a_plain_array_and_a_huge_one():
+    g = np.array([[3.0, 4.0]])
+    G, ln_unit = gradpath.clip_by_norm(g, 0.0, 1.0)
+    np.testing.assert_allclose(G * math.exp(ln_unit), g / 5.0, rtol=1e-15)
+    G, ln_unit = gradpath.clip_by_norm(g, 0.0, 10.0)        # under the threshold: unchanged
+    assert ln_unit == 0.0
+    G, ln_unit = gradpath.clip_by_norm(g, 1000.0, 2.0)      # ||g|| = 5 e^1000: no overflow
+    assert abs(ln_unit + math.log(5.0) - math.log(2.0)) < 1e-12
+
+
+def test_clipping_experiment_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="rhos"):
+        gradpath.clipping_experiment(rhos=())
+    with pytest.raises(ValueError, match="rhos"):
+        gradpath.clipping_experiment(rhos=(0.9, -1.0))
+    with pytest.raises(ValueError, match="input_scale"):
+        gradpath.clipping_experiment(rhos=(0.9,), input_scale=float("nan"))
+    with pytest.raises(ValueError, match="threshold"):
+        gradpath.clipping_experiment(rhos=(0.9,), threshold=0.0)
+    with pytest.raises(ValueError, match="seed"):
+        gradpath.clipping_experiment(rhos=(0.9,), seed=-1)
+    with pytest.raises(ValueError, match="activation"):
+        gradpath.clipping_experiment(rhos=(0.9,), activation="relu")
+
+
+def test_clipping_a_zero_gradient_is_quiet(recwarn):
+    row = gradpath.clipping_experiment(rhos=(0.9,), input_scale=0.0).iloc[0]
+    assert row.log10_total_before == -math.inf and row.log10_clip_factor == 0.0
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_public_functions_check_input_scale_and_seed():
+    with pytest.raises(TypeError, match="input_scale"):
+        gradpath.rnn_decay(T=5, d=2, input_scale="1")
+    for f in (gradpath.rnn_decay, gradpath.attention_paths):
+        with pytest.raises(ValueError, match="input_scale"):
+            f(T=5, d=2, input_scale=-1.0)
+        with pytest.raises(ValueError, match="input_scale"):
+            f(T=5, d=2, input_scale=float("inf"))
+        with pytest.raises(ValueError, match="seed"):
+            f(T=5, d=2, seed=-1)
+    with pytest.raises(TypeError, match="input_scale"):
+        gradpath.attention_paths(T=5, d=2, input_scale="1")
+    with pytest.raises(ValueError, match="seed"):
+        gradpath.recurrent_matrix(3, 0.9, seed=-1)
+    with pytest.raises(ValueError, match="seed"):
+        gradpath.validate_config(gradpath.DecayConfig(seed=-2))
+
+
+def test_stage_memory_is_checked_before_any_work(monkeypatch):
+    stages = gradpath.stage_memory_bytes(100_000, 4)
+    assert stages["attention grid"] >= 100_000 ** 2 * 8
+    assert stages["attention path Jacobians"] >= 99_999 * 16 * 8 * 2
+    assert "exact Jacobian products" in stages
+    assert "exact Jacobian products" not in gradpath.stage_memory_bytes(10, 4, measure="probe")
+    assert "attention grid" not in gradpath.stage_memory_bytes(10, 4, attention=False)
+    cfg = gradpath.DecayConfig(Ts=(100_000,), ds=(4,))
+    with pytest.raises(MemoryError, match="attention grid"):
+        gradpath.check_config_memory(cfg, available=2**30)
+    gradpath.check_config_memory(gradpath.DecayConfig(Ts=(100_000,), ds=(4,), attention=False),
+                                 available=2**30)
+    # decay_sweep refuses before it runs a single configuration
+    calls = []
+    monkeypatch.setattr(gradpath, "available_memory_bytes", lambda: 2**30)
+    with pytest.raises(MemoryError):
+        gradpath.decay_sweep(cfg, progress=lambda *a: calls.append(a))
+    assert calls == []
 
 
 def test_clipping_stops_explosion_but_does_not_rescue_vanishing():
@@ -364,6 +469,7 @@ def decay_only(monkeypatch):
     (["--weight", "unitary"], "--weight"),
     (["--d", "0"], "--d: must be >= 1"),
     (["--measure", "fast"], "--measure"),
+    (["--seed", "-1"], "--seed: must be an integer >= 0"),
 ])
 def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, tmp_path, capsys, decay_only):
     rc = cli.main(["decay", *argv, "--out", str(tmp_path / "o"), "--quiet"])
@@ -372,6 +478,31 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, tmp_path, capsy
     assert needle in err
     assert err.count("\n") == 1 and err.startswith("harness decay: error:")
     assert not (tmp_path / "o" / "decay.csv").exists()
+
+
+def test_cli_too_large_for_memory_fails_before_any_work(tmp_path, capsys, decay_only, monkeypatch):
+    # T = 100000 at d = 4: the RNN part is small, attention's T x T grid (80 GB) is not
+    monkeypatch.setattr(gradpath, "available_memory_bytes", lambda: 4 * 2**30)
+    ran = []
+    monkeypatch.setattr(gradpath, "rnn_decay", lambda *a, **k: ran.append(a))
+    out = tmp_path / "new" / "o"
+    rc = cli.main(["decay", "--T", "100000", "--d", "4", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("harness decay: error: --T/--d")
+    assert "attention grid" in err
+    assert ran == [] and not (tmp_path / "new").exists()
+
+
+def test_cli_failure_leaves_no_empty_out_dir(tmp_path, capsys, decay_only, monkeypatch):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(gradpath, "decay_sweep", boom)
+    out = tmp_path / "o"
+    rc = cli.main(["decay", "--T", "5", "--d", "2", "--out", str(out), "--quiet"])
+    assert rc == 130 and not out.exists()
+    out.mkdir()                                             # a directory that was there stays
+    cli.main(["decay", "--T", "5", "--d", "2", "--out", str(out), "--quiet"])
+    assert out.is_dir()
 
 
 def test_cli_unwritable_out_dir(tmp_path, capsys, decay_only):
