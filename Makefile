@@ -32,6 +32,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 bench-check: $(VENV)/.installed-test
+	$(BIN)/asv machine --yes
 	$(BIN)/asv check -E existing
 	$(BIN)/asv run --python=same --quick --dry-run --show-stderr
 
