@@ -44,6 +44,7 @@ import pandas as pd
 
 from harness import reference, trace
 from harness._io import UsageError, atomic_write_csv, ensure_writable_dir
+from harness._validate import available_memory_bytes
 
 MODELS = ("rnn", "attention")
 GRAINS = ("scalar", "element")
@@ -62,12 +63,13 @@ class DepthConfig:
     schedule_T: tuple = (800,)                          # the lesson's 800-token text
     schedule_grains: tuple = GRAINS                     # both task models, side by side
     measure_T: tuple = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # brackets T = d and the measured crossover
-    scaling_T: int = 1024                               # strong scaling at one T past the crossover
+    scaling_T: int = 1024                               # strong scaling at one T past the crossover (--scaling-T)
     repeats: int = 3                                    # best of, after one warm-up call
     seed: int = 0                                       # inputs from default_rng(seed)
     fit_min_T: int = 128                                # exponents fitted where overheads stop dominating
     min_seconds: float = 0.05                           # keep calling a short kernel until this much ran
     max_calls: int = 50                                 # ... but never more calls than this
+    extrapolate_max: float = 100.0                      # an extrapolated crossover past this x max(T) is NaN
 
 
 CONFIG = DepthConfig()
@@ -132,6 +134,32 @@ class Trace:
         return int(sum(sum(op.levels("scalar")) for op in self.graph.ops))
 
 
+def trace_memory_bytes(model, T, d, d_k=None, d_v=None, d_h=None):
+    """Peak bytes of ``trace_model`` (an upper estimate, measured with tracemalloc).
+
+    Every traced value carries ``trace.BYTES_PER_ELEMENT`` per element (its dist and
+    its scalar depth): the weights, a few (T, width) values and, for attention, a few
+    T x T grids; the RNN adds the Python objects of its T steps.
+    """
+    e = trace.BYTES_PER_ELEMENT
+    if model == "rnn":
+        d_h = d if d_h is None else d_h
+        return e * (2 * T * max(d, d_h) + 2 * d_h * d + 2 * d_h * d_h) + trace.BYTES_PER_STEP * T
+    d_k = d if d_k is None else d_k
+    d_v = d if d_v is None else d_v
+    return e * (4 * T * max(d, d_k, d_v) + 2 * d * (2 * d_k + d_v)) + 5 * e * T * T
+
+
+def check_trace_memory(model, T, d, available=None, **widths):
+    """Raise MemoryError naming T and d when tracing ``model`` would not fit in memory."""
+    need = trace_memory_bytes(model, T, d, **widths)
+    avail = available_memory_bytes() if available is None else available
+    if need > avail:
+        raise MemoryError(f"tracing the {model} at T={T}, d={d} needs about {need:,} bytes "
+                          f"({need / 2**30:.2f} GiB) but only {avail / 2**30:.2f} GiB are "
+                          f"available; use a smaller T or d")
+
+
 def trace_model(model, T, d, d_k=None, d_v=None, d_h=None):
     """Run ``harness.reference``'s forward for ``model`` on recording arrays.
 
@@ -141,6 +169,12 @@ def trace_model(model, T, d, d_k=None, d_v=None, d_h=None):
     """
     model = _check_model(model)
     T, d = _check_pos("T", T), _check_pos("d", d)
+    widths = {k: _check_pos(k, v) for k, v in (("d_k", d_k), ("d_v", d_v), ("d_h", d_h))
+              if v is not None}
+    try:
+        check_trace_memory(model, T, d, **widths)
+    except MemoryError as e:
+        raise ValueError(str(e)) from None
     t0 = time.perf_counter()
     g = trace.Graph(weight_parts=dict(WEIGHT_PARTS))
     X = trace.leaf(g, "X", (T, d), ("T", "d_model"), source_row=0)   # position 1 is row 0
@@ -159,12 +193,26 @@ def trace_model(model, T, d, d_k=None, d_v=None, d_h=None):
     return Trace(model, T, d, g, outputs, time.perf_counter() - t0)
 
 
-def count_table(T_values, d, models=MODELS):
-    """Tidy counts: one row per (model, T, part), traced and closed form side by side."""
+def _traced(traces, model, T, d):
+    """The trace of (model, T) from ``traces`` (a dict filled as it goes), traced once."""
+    if traces is None:
+        return trace_model(model, T, d)
+    key = (model, T, d)
+    if key not in traces:
+        traces[key] = trace_model(model, T, d)
+    return traces[key]
+
+
+def count_table(T_values, d, models=MODELS, traces=None):
+    """Tidy counts: one row per (model, T, part), traced and closed form side by side.
+
+    ``traces``: a dict shared with ``depth_table`` and ``schedule_table`` so that each
+    (model, T, d) is traced once; None traces afresh.
+    """
     rows = []
     for model in models:
         for T in T_values:
-            tr = trace_model(model, T, d)
+            tr = _traced(traces, model, T, d)
             traced = tr.macs_by_part()
             closed = closed_form_macs(model, T, d)
             for part in sorted(set(traced) | set(closed)):
@@ -179,12 +227,12 @@ def count_table(T_values, d, models=MODELS):
     return frame
 
 
-def depth_table(T_values, d, models=MODELS):
+def depth_table(T_values, d, models=MODELS, traces=None):
     """One row per (model, T): the columns of depth.csv (Table 1 of the paper, measured)."""
     rows = []
     for model in models:
         for T in T_values:
-            tr = trace_model(model, T, d)
+            tr = _traced(traces, model, T, d)
             parts = tr.macs_by_part()
             macs = sum(parts.get(p, 0) for p in LESSON_PARTS[model])
             sw, ss = tr.scalar_work, tr.scalar_span
@@ -409,12 +457,13 @@ def schedule(model, T, d, processors=None, grain="scalar", tr=None):
     return frame
 
 
-def schedule_table(T_values, d, processors=None, grains=GRAINS, models=MODELS):
-    """``schedule`` for every (model, T, grain), concatenated."""
+def schedule_table(T_values, d, processors=None, grains=CONFIG.schedule_grains, models=MODELS,
+                   traces=None):
+    """``schedule`` for every (model, T, grain), concatenated; one trace per (model, T)."""
     frames = []
     for model in models:
         for T in T_values:
-            tr = trace_model(model, T, d)
+            tr = _traced(traces, model, T, d)
             for grain in grains:
                 frames.append(schedule(model, T, d, processors, grain, tr=tr))
     return pd.concat(frames, ignore_index=True)
@@ -462,6 +511,11 @@ def _inputs(model, T, d, rng, dtype=np.float64):
 def _forward(model):
     rnn, attention = _kernels()
     return rnn.forward if model == "rnn" else attention.forward
+
+
+def timed_bytes(T, d):
+    """Memory of the largest timed call, attention with projections: its T x T buffers and inputs."""
+    return 3 * T * T * 8 + 8 * T * d * 8 + 4 * d * d * 8
 
 
 def timed_macs(model, T, d):
@@ -515,6 +569,34 @@ def measure_wall_times(T_values=CONFIG.measure_T, d=CONFIG.d, repeats=CONFIG.rep
     return pd.DataFrame(rows)
 
 
+def _power_law(T, seconds):
+    """(exponent, log prefactor) of seconds = a T^p by least squares in log-log, NaN if underdetermined.
+
+    Needs two distinct T with positive finite times; never warns.
+    """
+    T = np.asarray(T, dtype=float)
+    y = np.asarray(seconds, dtype=float)
+    ok = (T > 0) & np.isfinite(y) & (y > 0)
+    if np.unique(T[ok]).size < 2:
+        return math.nan, math.nan
+    x, y = np.log(T[ok]), np.log(y[ok])
+    xm, ym = x.mean(), y.mean()
+    p = float(((x - xm) * (y - ym)).sum() / ((x - xm) ** 2).sum())
+    return p, float(ym - p * xm)
+
+
+def _crossing(pa, pr, T_max):
+    """T where a_att T^pa[0] = a_rnn T^pr[0], or NaN when the fitted curves do not cross
+    ahead (attention's exponent not the larger) or cross outside [1, extrapolate_max x T_max]."""
+    if not (math.isfinite(pa[0]) and math.isfinite(pr[0])) or pa[0] <= pr[0]:
+        return math.nan
+    # a T^p = b T^q  ->  log T = (log b - log a) / (p - q)
+    logT = (pr[1] - pa[1]) / (pa[0] - pr[0])
+    if not (0.0 <= logT <= math.log(CONFIG.extrapolate_max * T_max)):
+        return math.nan
+    return math.exp(logT)
+
+
 def measured_crossover(times, min_T=CONFIG.fit_min_T):
     """Where attention's measured time overtakes the RNN's, against the counted crossover.
 
@@ -522,7 +604,9 @@ def measured_crossover(times, min_T=CONFIG.fit_min_T):
     interpolated linearly in log T between the two sampled T that bracket the
     sign change (NaN if the sweep does not bracket it). ``extrapolated_T``: the
     same from power laws fitted for T >= ``min_T`` (used when the sweep ends
-    first). ``counted_T``: d for the grid (2 T^2 d = 2 T d^2); none with the
+    first); NaN when fewer than two T are fitted, when the fitted curves do not
+    cross, or when they cross below T = 1 or past ``CONFIG.extrapolate_max`` x the
+    largest T sampled. ``counted_T``: d for the grid (2 T^2 d = 2 T d^2); none with the
     projections, which alone already cost 1.5 x the RNN. ``predicted_T`` =
     d x (GEMM MAC rate / matrix-vector MAC rate), the rates taken at the sampled
     T nearest the crossover (``rate_at_T``): the counted crossover moved by how
@@ -544,11 +628,9 @@ def measured_crossover(times, min_T=CONFIG.fit_min_T):
             if math.isnan(cross) and len(r) and r[0] >= 0:
                 cross = Ts[0]          # attention already slower at the smallest T
             upper = Ts >= min(min_T, Ts.max())
-            pa = np.polyfit(np.log(Ts[upper]), np.log(w[variant].to_numpy()[upper]), 1)
-            pr = np.polyfit(np.log(Ts[upper]), np.log(w["rnn"].to_numpy()[upper]), 1)
-            # a T^p = b T^q  ->  log T = (log b - log a) / (p - q)
-            extra = (math.exp((pr[1] - pa[1]) / (pa[0] - pr[0]))
-                     if pa[0] > pr[0] else math.inf)
+            pa = _power_law(Ts[upper], w[variant].to_numpy()[upper])
+            pr = _power_law(Ts[upper], w["rnn"].to_numpy()[upper])
+            extra = _crossing(pa, pr, Ts.max())
             # throughputs at the sampled T nearest the crossover (the largest T if none)
             at = cross if not math.isnan(cross) else extra
             Tmax = (Ts[np.argmin(np.abs(np.log(Ts) - math.log(at)))]
@@ -566,15 +648,18 @@ def measured_crossover(times, min_T=CONFIG.fit_min_T):
 
 
 def fit_exponents(times, min_T=CONFIG.fit_min_T):
-    """Least-squares slope of log(seconds) against log(T), per model, for T >= min_T."""
+    """Least-squares slope of log(seconds) against log(T), per model, for T >= min_T.
+
+    One row per (model, d) always; ``exponent`` is NaN when fewer than two distinct T
+    (with positive times) are at or above ``min_T``.
+    """
     rows = []
     for (model, d), g in times.groupby(["model", "d"]):
         g = g[g["T"] >= min_T]
-        if len(g) < 2:
-            continue
-        slope, _ = np.polyfit(np.log(g["T"]), np.log(g["seconds"]), 1)
-        rows.append(dict(model=model, d=d, exponent=slope, T_min=int(g["T"].min()),
-                         T_max=int(g["T"].max()), points=len(g)))
+        slope, _ = _power_law(g["T"], g["seconds"])
+        rows.append(dict(model=model, d=d, exponent=slope,
+                         T_min=int(g["T"].min()) if len(g) else math.nan,
+                         T_max=int(g["T"].max()) if len(g) else math.nan, points=len(g)))
     return pd.DataFrame(rows)
 
 
@@ -643,6 +728,8 @@ def add_arguments(p):
                    metavar="T", help="T values to schedule (default 800, the lesson's text)")
     p.add_argument("--measure-T", type=int, nargs="+", default=list(CONFIG.measure_T),
                    metavar="T", help="T values to time the compiled kernels at")
+    p.add_argument("--scaling-T", type=int, default=CONFIG.scaling_T, metavar="T",
+                   help=f"T of the strong-scaling runs (default {CONFIG.scaling_T})")
     p.add_argument("--repeats", type=int, default=CONFIG.repeats,
                    help=f"timed calls per point, best kept (default {CONFIG.repeats})")
     p.add_argument("--no-measure", action="store_true",
@@ -652,8 +739,10 @@ def add_arguments(p):
 
 
 def _validate(args):
+    """Check every argument, naming it as typed, before any work or any directory is made."""
     for name, vals in (("--T", args.T), ("--schedule-T", args.schedule_T),
-                       ("--measure-T", args.measure_T), ("--P", args.P or [1])):
+                       ("--measure-T", args.measure_T), ("--P", args.P or [1]),
+                       ("--scaling-T", [args.scaling_T])):
         for v in vals:
             if v < 1:
                 raise UsageError(f"{name}: must be a positive integer, got {v}")
@@ -661,6 +750,23 @@ def _validate(args):
         raise UsageError(f"--d: must be a positive integer, got {args.d}")
     if args.repeats < 1:
         raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
+    if not args.no_measure and len(set(args.measure_T)) < 2:
+        raise UsageError(f"--measure-T: needs at least 2 distinct values to fit exponents and a "
+                         f"crossover, got {' '.join(map(str, args.measure_T))} (or use --no-measure)")
+    avail = available_memory_bytes()
+    for name, Ts in (("--T", args.T), ("--schedule-T", args.schedule_T)):
+        for model in MODELS:
+            try:
+                check_trace_memory(model, max(Ts), args.d, available=avail)
+            except MemoryError as e:
+                raise UsageError(f"{name}/--d: {e}") from None
+    if not args.no_measure:
+        T = max(max(args.measure_T), args.scaling_T)
+        need = timed_bytes(T, args.d)
+        if need > avail:
+            raise UsageError(f"--measure-T/--scaling-T/--d: timing attention at T={T}, d={args.d} "
+                             f"needs about {need / 2**30:.2f} GiB but only {avail / 2**30:.2f} GiB "
+                             f"are available; use a smaller T or d (or --no-measure)")
     return ensure_writable_dir(args.out, "--out") if args.out is not None else None
 
 
@@ -673,8 +779,11 @@ def run(args):
     out_dir = _validate(args)
     t0 = time.perf_counter()
     T_values = sorted(set(args.T))
-    counts = count_table(T_values, args.d)                   # raises if trace != closed form
-    table = depth_table(T_values, args.d)
+    traces = {}                                              # one trace per (model, T), shared
+    count_table(T_values, args.d, traces=traces)             # raises if trace != closed form
+    table = depth_table(T_values, args.d, traces=traces)
+    for key in [k for k in traces if k[1] not in set(args.schedule_T)]:
+        del traces[key]                                      # keep only what the schedule reuses
     if out_dir is not None:
         atomic_write_csv(table, out_dir / "depth.csv")
     view = table[["model", "T", "macs", "flops", "span", "max_path", "scalar_span",
@@ -691,7 +800,9 @@ def run(args):
            ratio.reset_index())
 
     processors = tuple(args.P) if args.P else default_processors(args.d)
-    sched = schedule_table(sorted(set(args.schedule_T)), args.d, processors)
+    sched = schedule_table(sorted(set(args.schedule_T)), args.d, processors,
+                           CONFIG.schedule_grains, traces=traces)
+    traces.clear()
     if out_dir is not None:
         atomic_write_csv(sched, out_dir / "schedule.csv")
     wide = sched.pivot_table(index="P", columns=["grain", "model", "T"], values="time")
@@ -711,7 +822,7 @@ def run(args):
         times = measure_wall_times(sorted(set(args.measure_T)), args.d, args.repeats)
         cross = measured_crossover(times)
         expo = fit_exponents(times)
-        scaling = strong_scaling(max(args.measure_T) // 2 or 1, args.d, repeats=args.repeats)
+        scaling = strong_scaling(args.scaling_T, args.d, repeats=args.repeats)
         if out_dir is not None:
             atomic_write_csv(times, out_dir / "timings.csv")
             atomic_write_csv(scaling, out_dir / "scaling.csv")

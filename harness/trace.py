@@ -26,6 +26,11 @@ import numpy as np
 
 _INF = np.float32(np.inf)
 
+# memory of a trace: every traced element carries dist (float32) and sdepth (int32) ...
+BYTES_PER_ELEMENT = 8
+# ... and every traced RNN step a few ops and views (Python objects), measured with tracemalloc
+BYTES_PER_STEP = 3000
+
 # op kind -> the name a reader of the lessons uses for it
 ELEMENTWISE = {"add", "sub", "mul", "div", "neg", "tanh", "exp", "where"}
 REDUCTIONS = {"sum", "max"}

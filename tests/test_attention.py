@@ -310,15 +310,8 @@ def test_alignment_rows_sum_to_one(nonlinearity):
 # ------------------------------------------------------------ the lesson's example
 
 def _lesson():
-    T_y, T_x, d_h, d_a = 8, 6, 5, 4
-    rng = np.random.default_rng(4)
-    S = rng.normal(size=(T_y, d_h)) * 0.6
-    H = rng.normal(size=(T_x, d_h)) * 0.6
-    Wsa = rng.normal(size=(d_a, d_h)) * 0.5
-    Wha = rng.normal(size=(d_a, d_h)) * 0.5
-    va = rng.normal(size=d_a) * 0.5
-    G = np.random.default_rng(9).normal(size=(T_y, d_h))
-    return S, H, Wsa, Wha, va, G
+    from harness.gradpath import lesson_additive_inputs    # the one copy of the lesson's draws
+    return lesson_additive_inputs(0.5)
 
 
 def test_lesson_alignment_numbers():

@@ -254,9 +254,38 @@ def test_fit_exponents():
     assert ex["attention"] == pytest.approx(2.0)
 
 
+def test_crossover_and_exponents_are_nan_without_two_points(recwarn):
+    one = _synthetic_times()
+    one = one[one["T"] == 1000]
+    cross = depth.measured_crossover(one).set_index("variant")
+    assert math.isnan(cross.loc["attention", "extrapolated_T"])
+    ex = depth.fit_exponents(one, min_T=10)
+    assert set(ex.model) == {"rnn", "attention"} and ex.exponent.isna().all()
+    # nothing at or above min_T: a NaN row, not a missing one
+    assert depth.fit_exponents(_synthetic_times(), min_T=10**6).exponent.isna().all()
+    assert not recwarn.list                        # no RankWarning, no RuntimeWarning
+
+
+def test_extrapolated_crossover_is_nan_when_the_fits_do_not_cross_plausibly():
+    t = _synthetic_times()
+    # attention's exponent no larger than the RNN's: the curves never cross ahead
+    flat = t.copy()
+    flat.loc[flat.model == "attention", "seconds"] = 1e-4 * flat.loc[flat.model == "attention", "T"]
+    assert math.isnan(depth.measured_crossover(flat, min_T=10).set_index("variant")
+                      .loc["attention", "extrapolated_T"])
+    # they cross below T = 1 (attention always slower): no extrapolation either
+    slow = t.copy()
+    slow.loc[slow.model == "attention", "seconds"] *= 1e6
+    row = depth.measured_crossover(slow, min_T=10).set_index("variant").loc["attention"]
+    assert math.isnan(row.extrapolated_T)
+    # ... and far past the sweep
+    far = t.copy()
+    far.loc[far.model == "attention", "seconds"] *= 1e-6
+    row = depth.measured_crossover(far, min_T=10).set_index("variant").loc["attention"]
+    assert math.isnan(row.extrapolated_T) and math.isnan(row.measured_T)
+
+
 def test_measure_wall_times_runs_the_kernels():
-    pytest.importorskip("harness.rnn")
-    pytest.importorskip("harness.attention")
     t = depth.measure_wall_times((4, 8), 8, repeats=1, threads=1)
     assert set(t.model) == set(depth.TIMED)
     assert (t.seconds > 0).all()
@@ -271,12 +300,70 @@ def test_measure_wall_times_runs_the_kernels():
     (["depth", "--d", "0", "--no-measure"], "--d"),
     (["depth", "--P", "0", "--no-measure"], "--P"),
     (["depth", "--repeats", "0", "--no-measure"], "--repeats"),
+    (["depth", "--T", "10", "--d", "4", "--schedule-T", "10", "--measure-T", "1", "--repeats", "1",
+      "--P", "1", "4"], "--measure-T: needs at least 2 distinct values"),
+    (["depth", "--T", "10", "--d", "4", "--measure-T", "8", "8"], "--measure-T"),
+    (["depth", "--T", "10", "--d", "100000", "--no-measure"], "--T/--d: tracing the rnn"),
+    (["depth", "--T", "10", "--d", "4", "--schedule-T", "1000000", "--no-measure"],
+     "--schedule-T/--d"),
+    (["depth", "--T", "10", "--d", "4", "--measure-T", "8", "1000000"], "--measure-T"),
+    (["depth", "--T", "10", "--d", "4", "--scaling-T", "0"], "--scaling-T"),
 ])
 def test_cli_bad_arguments(argv, needle, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_memory_error_creates_no_out_dir(tmp_path, capsys):
+    out = tmp_path / "new"
+    assert cli.main(["depth", "--T", "10", "--d", "100000", "--no-measure", "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_trace_model_refuses_what_does_not_fit(monkeypatch):
+    monkeypatch.setattr(depth, "available_memory_bytes", lambda: 2**30)
+    with pytest.raises(ValueError, match=r"T=10, d=100000"):
+        depth.trace_model("rnn", 10, 100_000)
+    with pytest.raises(ValueError, match=r"attention at T=100000, d=4"):
+        depth.trace_model("attention", 100_000, 4)
+
+
+@pytest.mark.parametrize("model", depth.MODELS)
+@pytest.mark.parametrize("T,d", [(400, 50), (1000, 20), (20, 300)])
+def test_trace_memory_estimate_is_an_upper_bound(model, T, d):
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        depth.trace_model(model, T, d)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    est = depth.trace_memory_bytes(model, T, d)
+    assert peak <= est <= 4 * peak + 2**20
+
+
+def test_each_model_and_T_is_traced_once(monkeypatch, capsys):
+    calls = []
+    real = depth.trace_model
+    monkeypatch.setattr(depth, "trace_model", lambda m, T, d, **k: calls.append((m, T)) or real(m, T, d, **k))
+    assert cli.main(["depth", "--T", "8", "16", "--d", "4", "--schedule-T", "16", "--P", "1", "4",
+                     "--no-measure"]) == 0
+    assert sorted(calls) == sorted({(m, T) for m in depth.MODELS for T in (8, 16)})
+
+
+def test_cli_scaling_T_defaults_to_the_config(monkeypatch, capsys):
+    seen = {}
+
+    def fake_scaling(T, d, **k):
+        seen["T"] = T
+        return pd.DataFrame([dict(model="rnn", T=T, d=d, threads=1, seconds=1.0, speedup=1.0,
+                                  efficiency=1.0)])
+    monkeypatch.setattr(depth, "strong_scaling", fake_scaling)
+    assert cli.main(["depth", "--T", "8", "--d", "4", "--schedule-T", "8", "--P", "1",
+                     "--measure-T", "4", "8", "--repeats", "1"]) == 0
+    assert seen["T"] == depth.CONFIG.scaling_T
 
 
 def test_cli_unwritable_out(tmp_path, capsys):
