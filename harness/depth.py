@@ -776,7 +776,20 @@ def _print(title, frame):
 
 
 def run(args):
-    out_dir = _validate(args)
+    existed = args.out is not None and os.path.lexists(args.out)
+    out_dir = _validate(args)                  # every check first: a bad argument creates nothing
+    try:
+        return _run(args, out_dir)
+    except BaseException:
+        if out_dir is not None and not existed:
+            try:
+                out_dir.rmdir()                # only if this run made it and wrote nothing
+            except OSError:
+                pass
+        raise
+
+
+def _run(args, out_dir):
     t0 = time.perf_counter()
     T_values = sorted(set(args.T))
     traces = {}                                              # one trace per (model, T), shared

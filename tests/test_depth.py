@@ -322,6 +322,15 @@ def test_cli_memory_error_creates_no_out_dir(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_cli_failure_leaves_no_empty_out_dir(tmp_path, capsys, monkeypatch):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(depth, "count_table", boom)
+    out = tmp_path / "o"
+    assert cli.main(["depth", "--T", "5", "--d", "4", "--no-measure", "--out", str(out)]) == 130
+    assert not out.exists()
+
+
 def test_trace_model_refuses_what_does_not_fit(monkeypatch):
     monkeypatch.setattr(depth, "available_memory_bytes", lambda: 2**30)
     with pytest.raises(ValueError, match=r"T=10, d=100000"):
