@@ -26,7 +26,7 @@ from numba import njit
 
 from harness import _validate as v
 from harness._blas import matmul
-from harness._vmath import exp_nonpositive_inplace, tanh_inplace
+from harness._vmath import exp_shifted_inplace, row_dot, row_max, row_sum, tanh_inplace
 
 NONLINEARITIES = ("tanh", None)
 
@@ -37,20 +37,13 @@ NONLINEARITIES = ("tanh", None)
 def _softmax_rows_inplace(E, scale, causal, scratch):
     # E (T_q, T_k) raw scores -> row-softmax(scale * E) in place; causal zeroes j > i.
     # The row maximum is subtracted first: a constant per row changes nothing but overflow.
+    # scratch: int64 (T_k,), the bits of the powers of two in exp.
     n_rows, n_cols = E.shape
     for i in range(n_rows):
         row = E[i]
         width = min(i + 1, n_cols) if causal else n_cols
-        m = row[0]
-        for j in range(1, width):
-            m = max(m, row[j])
-        for j in range(width):
-            row[j] = (row[j] - m) * scale
-        exp_nonpositive_inplace(row[:width], scratch)
-        total = 0.0
-        for j in range(width):
-            total += row[j]
-        inv = 1.0 / total
+        exp_shifted_inplace(row, width, row_max(row, width), scale, scratch)
+        inv = 1.0 / row_sum(row, width)
         for j in range(width):
             row[j] *= inv
         for j in range(width, n_cols):
@@ -79,9 +72,7 @@ def _attend_backward(Q, K, V, A, dY, scale, dQ, dK, dV, dS):
         np.dot(dY[b], V[b].T, dS)                    # dA = dY V^T
         Ab = A[b]
         for i in range(T):
-            r = 0.0
-            for j in range(T):
-                r += dS[i, j] * Ab[i, j]
+            r = row_dot(dS[i], Ab[i], T)
             for j in range(T):                       # softmax: dE_ij = A_ij (dA_ij - sum_k A_ik dA_ik)
                 dS[i, j] = Ab[i, j] * (dS[i, j] - r) * scale
         np.dot(dS, K[b], dQ[b])                      # dQ = dE K
