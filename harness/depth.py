@@ -258,6 +258,18 @@ def lesson_table(d=512, T_values=(50, 1000, 2000)):
 # ----------------------------------------------------------------------------- schedule
 
 @numba.njit(cache=True)
+def _release(i, succ_ptr, succ_idx, indeg, stack, sp):
+    # task i finished: push every successor whose last dependency this was
+    for e in range(succ_ptr[i], succ_ptr[i + 1]):
+        j = succ_idx[e]
+        indeg[j] -= 1
+        if indeg[j] == 0:
+            stack[sp] = j
+            sp += 1
+    return sp
+
+
+@numba.njit(cache=True)
 def _greedy_schedule(level_ptr, level_size, succ_ptr, succ_idx, indeg0, prio, P):
     # level_ptr (n+1,), level_size (L,): task i runs levels level_ptr[i]..level_ptr[i+1]-1,
     # each a batch of unit tasks that may start when the previous level is done.
@@ -283,12 +295,7 @@ def _greedy_schedule(level_ptr, level_size, succ_ptr, succ_idx, indeg0, prio, P)
             i = stack[sp]
             if cur[i] == level_ptr[i + 1]:          # no levels (a reduction of one term)
                 done += 1
-                for e in range(succ_ptr[i], succ_ptr[i + 1]):
-                    j = succ_idx[e]
-                    indeg[j] -= 1
-                    if indeg[j] == 0:
-                        stack[sp] = j
-                        sp += 1
+                sp = _release(i, succ_ptr, succ_idx, indeg, stack, sp)
                 continue
             rem[i] = level_size[cur[i]]
             pos = n_act
@@ -332,12 +339,7 @@ def _greedy_schedule(level_ptr, level_size, succ_ptr, succ_idx, indeg0, prio, P)
                 w += 1
                 continue
             done += 1
-            for e in range(succ_ptr[i], succ_ptr[i + 1]):
-                j = succ_idx[e]
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    stack[sp] = j
-                    sp += 1
+            sp = _release(i, succ_ptr, succ_idx, indeg, stack, sp)
         if w < m:
             for q in range(m, n_act):
                 active[w + q - m] = active[q]
