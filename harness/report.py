@@ -17,7 +17,7 @@ import dataclasses
 import datetime as _dt
 import glob
 import html
-import io
+import itertools
 import json
 import math
 import os
@@ -249,8 +249,15 @@ def caption_wall(f):
 
 def caption_history(f):
     h = f["asv_history"]
-    return (f"{h.benchmark.nunique()} benchmarks over {h.commit.nunique()} commits, read from "
-            f"asv's results (the median time of each).")
+    last = h[h.commit == h.commit.iloc[-1]]
+    rnn = last[(last.series == "rnn forward") & (last["T"] == last["T"].max())].seconds
+    att = last[(last.series == "attention forward") & (last["T"] == last["T"].max())].seconds
+    tail = ""
+    if len(rnn) and len(att):
+        tail = (f" At the newest commit, T = {int(last['T'].max())}: the RNN's forward takes "
+                f"{rnn.iloc[0] * 1e3:.2f} ms and attention's {att.iloc[0] * 1e3:.2f} ms.")
+    return (f"The kernels' forward and backward across {h.commit.nunique()} commits, read from "
+            f"asv's results (batch 1, d = {int(h.d.iloc[0])}, float64, asv's median)." + tail)
 
 
 CAPTIONS = {
@@ -393,10 +400,13 @@ def figure_wall(f):
 
 def figure_history(f):
     h = f["asv_history"]
-    g = sns.relplot(data=h, x="date", y="seconds", hue="benchmark", style="params",
-                    kind="line", marker="o", height=3.6, aspect=1.8, legend="brief")
+    g = sns.relplot(data=h, x="commit", y="seconds", hue="series", col="T", kind="line",
+                    marker="o", height=3.2, aspect=1.0, col_wrap=4,
+                    facet_kws={"sharey": False})
     g.set(yscale="log")
-    g.set_axis_labels("commit date", "time (s)")
+    g.set_axis_labels("commit (oldest first)", "time (s)")
+    for ax in g.axes.flat:
+        ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     return g.figure
 
 
@@ -421,8 +431,10 @@ def read_asv_results(results_dir):
             values, params = rec.get("result"), rec.get("params") or []
             if values is None:
                 continue
-            combos = list(_product(params)) if params else [()]
-            for combo, val in zip(combos, values if params else [values]):
+            if not isinstance(values, list):          # a benchmark without params, older format
+                values = [values]
+            combos = list(itertools.product(*params)) if params else [()]
+            for combo, val in zip(combos, values):
                 if val is None or (isinstance(val, float) and not math.isfinite(val)):
                     continue
                 rows.append({"benchmark": name, "params": ", ".join(map(str, combo)),
@@ -432,9 +444,27 @@ def read_asv_results(results_dir):
     return pd.DataFrame(rows, columns=["benchmark", "params", "commit", "date", "seconds"])
 
 
-def _product(params):
-    import itertools
-    return itertools.product(*params)
+def kernel_history(h, d=256, batch=1, dtype="float64"):
+    """The main benchmarks across commits: Kernels.time_forward/backward at one (d, batch, dtype).
+
+    Columns: commit (oldest first), date, series ("rnn forward", ...), T, d, seconds.
+    """
+    import ast
+    rows = []
+    for r in h.itertuples():
+        if ".Kernels.time_" not in r.benchmark:
+            continue
+        try:
+            model, T, dd, b, dt = ast.literal_eval(f"({r.params},)")
+        except (ValueError, SyntaxError, TypeError):
+            continue
+        if (int(dd), int(b), dt) != (d, batch, dtype):
+            continue
+        direction = r.benchmark.rsplit("time_", 1)[1]
+        rows.append({"commit": r.commit, "date": r.date, "series": f"{model} {direction}",
+                     "T": int(T), "d": int(dd), "seconds": r.seconds})
+    out = pd.DataFrame(rows, columns=["commit", "date", "series", "T", "d", "seconds"])
+    return out.sort_values(["date", "series", "T"], kind="stable").reset_index(drop=True)
 
 
 # --------------------------------------------------------------------- build
@@ -486,7 +516,7 @@ def _sections(config, progress):
             "additive_routes": gradpath.lesson_additive_routes(config.va_scales)},
            [("additive_maps", figure_additive), ("additive_routes", figure_routes)])
 
-    hist = read_asv_results(config.asv_results)
+    hist = kernel_history(read_asv_results(config.asv_results))
     if len(hist):
         yield ("history", "Benchmarks across commits (asv)", {"asv_history": hist},
                [("asv_history", figure_history)])

@@ -126,18 +126,35 @@ def test_help_has_examples():
         assert "example" in r.stdout, argv
 
 
-def test_asv_history_is_read(tmp_path):
-    machine = tmp_path / "results" / "box"
+def _fake_asv_results(root):
+    machine = root / "box"
     machine.mkdir(parents=True)
     (machine / "machine.json").write_text("{}")
-    (machine / "abcdef12-virtualenv-py3.11.json").write_text(
-        '{"commit_hash": "abcdef1234", "date": 1700000000000, "params": {},'
-        ' "result_columns": ["result", "params"],'
-        ' "results": {"bench_kernels.RNN.time_forward": [[0.5, 0.25], [["64", "256"]]],'
-        '             "bench_kernels.RNN.track_x": [[3.0], [["64"]]]}}')
-    h = report.read_asv_results(str(tmp_path / "results"))
-    assert list(h.seconds) == [0.5, 0.25]
-    assert list(h.params) == ["64", "256"] and set(h.commit) == {"abcdef12"}
+    params = '[["\'rnn\'", "\'attention\'"], ["64", "256"], ["256"], ["1"], ["\'float64\'"]]'
+    for i, (commit, scale, last) in enumerate((("abcdef1234", 1.0, "null"),
+                                               ("bcdef12345", 0.5, "4.0"))):
+        (machine / f"{commit[:8]}-virtualenv-py3.11.json").write_text(
+            f'{{"commit_hash": "{commit}", "date": {1700000000000 + i}, "params": {{}},'
+            ' "result_columns": ["result", "params"],'
+            f' "results": {{"bench_kernels.Kernels.time_forward": [[{scale}, {2 * scale}, 3.0, {last}],'
+            f' {params}], "bench_kernels.Kernels.track_x": [[3.0], [["64"]]],'
+            ' "bench_analysers.DecaySweep.time_decay_sweep": [[0.5], [], "v"]}}')
+    return root
+
+
+def test_asv_history_is_read(tmp_path):
+    h = report.read_asv_results(str(_fake_asv_results(tmp_path / "results")))
+    assert set(h.benchmark) == {"bench_kernels.Kernels.time_forward",
+                                "bench_analysers.DecaySweep.time_decay_sweep"}   # no track_
+    k = report.kernel_history(h)
+    assert list(k.commit.unique()) == ["abcdef12", "bcdef123"]       # oldest first
+    first = k[k.commit == "abcdef12"].set_index(["series", "T"]).seconds
+    assert first[("rnn forward", 64)] == 1.0 and first[("rnn forward", 256)] == 2.0
+    assert first[("attention forward", 64)] == 3.0 and ("attention forward", 256) not in first
+    cap = report.caption_history({"asv_history": k})
+    assert "across 2 commits" in cap
+    assert "RNN's forward takes 1000.00 ms and attention's 4000.00 ms" in cap     # newest, T = 256
+    report.figure_history({"asv_history": k})
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
