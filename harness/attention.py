@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from harness import _validate as v
+from harness import _workspace
 from harness._blas import matmul
 from harness._vmath import exp_shifted_inplace, row_dot, row_max, row_sum, tanh_inplace
 
@@ -119,12 +120,16 @@ def _grid_bytes(B, T, itemsize, n):
 
 
 def _project(X3, Wq, Wk, Wv):
-    """Q, K, V (B, T, d_k/d_v) = X Wq, X Wk, X Wv; all three are X without projections."""
+    """Q, K, V (B, T, d_k/d_v) = X Wq, X Wk, X Wv; all three are X without projections.
+
+    They are internal (never returned), so they live in reused workspace buffers.
+    """
     if Wq is None:
         return X3, X3, X3
     B, T, d_model = X3.shape
     X2 = X3.reshape(B * T, d_model)                  # one GEMM per weight over the whole batch
-    return tuple(matmul(X2, W).reshape(B, T, W.shape[1]) for W in (Wq, Wk, Wv))
+    return tuple(matmul(X2, W, _workspace.buffer(name, (B * T, W.shape[1]), X3.dtype))
+                 .reshape(B, T, W.shape[1]) for name, W in (("Q", Wq), ("K", Wk), ("V", Wv)))
 
 
 def _batch3(X):
@@ -171,8 +176,8 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False):
     A, dY = _batch3(A), _batch3(dY)
     Q, K, V = _project(X3, Wq, Wk, Wv)               # recomputed: cheaper to redo than to keep
     factor = 1.0 / math.sqrt(Q.shape[-1]) if scale else 1.0
-    dQ, dK, dV = np.empty_like(Q), np.empty_like(K), np.empty_like(V)
-    dS = np.empty((T, T), dtype=X.dtype)
+    dQ, dK, dV = (_workspace.buffer(n, g.shape, g.dtype) for n, g in (("dQ", Q), ("dK", K), ("dV", V)))
+    dS = _workspace.buffer("dS", (T, T), X.dtype)
     _attend_backward(Q, K, V, A, dY, factor, dQ, dK, dV, dS)
     if Wq is None:
         dX = dQ + dK + dV                            # X plays all three roles
@@ -181,8 +186,9 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False):
         X2 = X3.reshape(B * T, d_model)
         dQ2, dK2, dV2 = (g.reshape(B * T, -1) for g in (dQ, dK, dV))
         dX = matmul(dQ2, Wq.T)
-        dX += matmul(dK2, Wk.T)
-        dX += matmul(dV2, Wv.T)
+        tmp = _workspace.buffer("dX_part", dX.shape, dX.dtype)
+        dX += matmul(dK2, Wk.T, tmp)
+        dX += matmul(dV2, Wv.T, tmp)
         grads = AttentionGrads(dX.reshape(B, T, d_model), matmul(X2.T, dQ2),
                                matmul(X2.T, dK2), matmul(X2.T, dV2))
     if X.ndim == 2:

@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit
 
 from harness import _validate as v
+from harness import _workspace
 from harness._blas import matmul
 from harness._vmath import tanh_inplace
 
@@ -196,7 +197,7 @@ def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
     dH = v.as_float_array("dH", dH, X.ndim, dtype)
     v.check_shape("dH", dH, H.shape)
     use_tanh = activation == "tanh"
-    dA = np.empty_like(H)                                      # dl/da_t, shaped like H
+    dA = _workspace.buffer("dA", H.shape, H.dtype)             # dl/da_t, shaped like H (internal)
     dh0 = (_backward_vec if not batched else _backward_batch)(H, W_hh, dH, use_tanh, dA)
     # The parameter gradients are sums over steps: GEMMs after the loop, on views of the
     # caller's layout (no transposed copies). a_t used h_{t-1}, and h_0 for t = 1.
