@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import html
-import os
 import re
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -182,11 +180,16 @@ def test_depth_and_schedule_captions_state_the_closed_forms(built):
     """The numbers in the captions, against closed forms derived by hand, not from the CSVs."""
     cfg = report.QUICK
     T0, T1, d = min(cfg.depth_T), max(cfg.depth_T), cfg.depth_d
+
+    def lg(n):                                                      # ceil(log2 n)
+        return (n - 1).bit_length()
+
     cap = _caption(built, "depth")
     assert f"from {3 * T0} to {3 * T1} operations" in cap           # RNN: 3 ops per step
     assert "span stays 9 and its path 2" in cap                     # attention: constant
+    # attention's scalar span 7 + 2 ceil(log2 d) + 3 ceil(log2 T): log T + log d
+    assert f"from {7 + 2 * lg(d) + 3 * lg(T0)} to {7 + 2 * lg(d) + 3 * lg(T1)}" in cap
     T, ds = cfg.schedule_T, cfg.schedule_d
-    lg = lambda n: (n - 1).bit_length()                             # ceil(log2 n)
     cap = _caption(built, "schedule")
     assert f"span of {T * (lg(ds) + 3):,}" in cap                   # RNN, scalar tasks
     assert f"floor of {T * (ds + 2):,} steps" in cap                # RNN, element tasks
