@@ -127,9 +127,31 @@ def _project(X3, Wq, Wk, Wv):
     if Wq is None:
         return X3, X3, X3
     B, T, d_model = X3.shape
-    X2 = X3.reshape(B * T, d_model)                  # one GEMM per weight over the whole batch
-    return tuple(matmul(X2, W, _workspace.buffer(name, (B * T, W.shape[1]), X3.dtype))
-                 .reshape(B, T, W.shape[1]) for name, W in (("Q", Wq), ("K", Wk), ("V", Wv)))
+    Q, K, V = (_workspace.buffer(name, (B * T, W.shape[1]), X3.dtype)
+               for name, W in (("Q", Wq), ("K", Wk), ("V", Wv)))
+    _projections(X3.reshape(B * T, d_model), Wq, Wk, Wv, Q, K, V)
+    return Q.reshape(B, T, -1), K.reshape(B, T, -1), V.reshape(B, T, -1)
+
+
+@njit(cache=True)
+def _projections(X2, Wq, Wk, Wv, Q, K, V):
+    # X2 (B T, d_model): one GEMM per weight over the whole batch, in one compiled call
+    np.dot(X2, Wq, Q)
+    np.dot(X2, Wk, K)
+    np.dot(X2, Wv, V)
+
+
+@njit(cache=True)
+def _projection_grads(X2, Wq, Wk, Wv, dQ2, dK2, dV2, dX, dWq, dWk, dWv, part):
+    # Reverses Q = X Wq, K = X Wk, V = X Wv: dX = dQ Wq^T + dK Wk^T + dV Wv^T, dW = X^T dQ ...
+    np.dot(dQ2, Wq.T, dX)
+    np.dot(dK2, Wk.T, part)
+    dX += part
+    np.dot(dV2, Wv.T, part)
+    dX += part
+    np.dot(X2.T, dQ2, dWq)
+    np.dot(X2.T, dK2, dWk)
+    np.dot(X2.T, dV2, dWv)
 
 
 def _batch3(X):
@@ -185,12 +207,11 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False):
     else:
         X2 = X3.reshape(B * T, d_model)
         dQ2, dK2, dV2 = (g.reshape(B * T, -1) for g in (dQ, dK, dV))
-        dX = matmul(dQ2, Wq.T)
-        tmp = _workspace.buffer("dX_part", dX.shape, dX.dtype)
-        dX += matmul(dK2, Wk.T, tmp)
-        dX += matmul(dV2, Wv.T, tmp)
-        grads = AttentionGrads(dX.reshape(B, T, d_model), matmul(X2.T, dQ2),
-                               matmul(X2.T, dK2), matmul(X2.T, dV2))
+        dX = np.empty((B * T, d_model), dtype=X.dtype)
+        dWq, dWk, dWv = np.empty_like(Wq), np.empty_like(Wk), np.empty_like(Wv)
+        _projection_grads(X2, Wq, Wk, Wv, dQ2, dK2, dV2, dX, dWq, dWk, dWv,
+                          _workspace.buffer("dX_part", dX.shape, dX.dtype))
+        grads = AttentionGrads(dX.reshape(B, T, d_model), dWq, dWk, dWv)
     if X.ndim == 2:
         grads = grads._replace(dX=grads.dX[0])
     return grads
