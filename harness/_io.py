@@ -7,6 +7,7 @@ complete.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -35,6 +36,23 @@ def umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@contextlib.contextmanager
+def output_dir(path, arg="--out"):
+    """``ensure_writable_dir`` for the length of a command: if the command fails, a
+    directory that this run created and left empty is removed again."""
+    existed = os.path.lexists(path)
+    out = ensure_writable_dir(path, arg)
+    try:
+        yield out
+    except BaseException:
+        if not existed:
+            try:
+                out.rmdir()                  # only if empty: nothing written is lost
+            except OSError:
+                pass
+        raise
 
 
 def atomic_write_bytes(path, data: bytes):

@@ -23,6 +23,9 @@ def as_float_array(name, x, ndims, dtype=None):
     """
     if isinstance(ndims, int):
         ndims = (ndims,)
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array, whose mask the kernels would ignore; "
+                        f"please pass {name}.filled(value) or a plain array.")
     if not isinstance(x, np.ndarray):
         if isinstance(x, (list, tuple)) or np.isscalar(x):
             x = np.asarray(x)

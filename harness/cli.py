@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from harness._io import UsageError
 
@@ -49,9 +51,15 @@ def build_parser():
     return parser
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt    # so that SIGTERM unwinds like Ctrl-C: no half-written output
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2

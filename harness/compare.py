@@ -27,7 +27,7 @@ import pandas as pd
 
 from harness import attention, machine, reference, rnn
 from harness._blas import matmul
-from harness._io import UsageError, atomic_write_csv, ensure_writable_dir
+from harness._io import UsageError, atomic_write_csv, output_dir
 
 HELP = "time the kernels against plain NumPy and PyTorch, as ratios"
 DESCRIPTION = """\
@@ -326,7 +326,11 @@ def run(args):
                          f"got {args.threads}")
     if args.repeats < 1:
         raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
-    out = ensure_writable_dir(args.out)
+    with output_dir(args.out) as out:
+        return _run(args, out)
+
+
+def _run(args, out):
     base = QUICK if args.quick else CompareConfig()
     config = dataclasses.replace(base, threads=args.threads, repeats=args.repeats)
     if _torch() is None:

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from harness import reference, trace
-from harness._io import UsageError, atomic_write_csv, ensure_writable_dir
+from harness._io import UsageError, atomic_write_csv, output_dir
 from harness._validate import available_memory_bytes
 
 MODELS = ("rnn", "attention")
@@ -769,7 +769,7 @@ def _validate(args):
             raise UsageError(f"--measure-T/--scaling-T/--d: timing attention at T={T}, d={args.d} "
                              f"needs about {need / 2**30:.2f} GiB but only {avail / 2**30:.2f} GiB "
                              f"are available; use a smaller T or d (or --no-measure)")
-    return ensure_writable_dir(args.out, "--out") if args.out is not None else None
+    return args.out
 
 
 def _print(title, frame):
@@ -778,17 +778,11 @@ def _print(title, frame):
 
 
 def run(args):
-    existed = args.out is not None and os.path.lexists(args.out)
-    out_dir = _validate(args)                  # every check first: a bad argument creates nothing
-    try:
+    out = _validate(args)                      # every check first: a bad argument creates nothing
+    if out is None:
+        return _run(args, None)
+    with output_dir(out) as out_dir:
         return _run(args, out_dir)
-    except BaseException:
-        if out_dir is not None and not existed:
-            try:
-                out_dir.rmdir()                # only if this run made it and wrote nothing
-            except OSError:
-                pass
-        raise
 
 
 def _run(args, out_dir):

@@ -28,7 +28,6 @@ rates per step in natural log (``fitted_rate`` against ``log(rho)``).
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -38,7 +37,7 @@ import pandas as pd
 from numba import njit
 
 from harness import attention, rnn
-from harness._io import UsageError, atomic_write_csv, ensure_writable_dir
+from harness._io import UsageError, atomic_write_csv, output_dir
 from harness._validate import as_float_array, available_memory_bytes, check_choice, check_memory
 
 ACTIVATIONS = ("identity", "tanh")
@@ -805,17 +804,8 @@ def _progress_printer(stream):
 
 def run(args):
     config = _config_from_args(args)          # every check first: a bad argument creates nothing
-    existed = os.path.lexists(args.out)
-    out = ensure_writable_dir(args.out)
-    try:
+    with output_dir(args.out) as out:
         return _run(args, config, out)
-    except BaseException:
-        if not existed:                       # leave no empty directory of this run behind
-            try:
-                out.rmdir()
-            except OSError:
-                pass
-        raise
 
 
 def _run(args, config, out):

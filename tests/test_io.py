@@ -1,0 +1,65 @@
+"""Command output: atomic files, and no empty directory left by a failed run."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from harness import rnn
+from harness._io import atomic_write_text, output_dir
+
+
+def test_output_dir_removes_what_a_failed_run_created(tmp_path):
+    target = tmp_path / "new"
+    with pytest.raises(RuntimeError):
+        with output_dir(target):
+            raise RuntimeError("boom")
+    assert not target.exists()
+
+
+def test_output_dir_keeps_a_directory_that_existed(tmp_path):
+    with pytest.raises(RuntimeError):
+        with output_dir(tmp_path):
+            raise RuntimeError("boom")
+    assert tmp_path.is_dir()
+
+
+def test_output_dir_keeps_what_was_written(tmp_path):
+    target = tmp_path / "new"
+    with pytest.raises(RuntimeError):
+        with output_dir(target) as out:
+            atomic_write_text(out / "a.csv", "x\n1\n")
+            raise RuntimeError("boom")
+    assert (target / "a.csv").read_text() == "x\n1\n"
+
+
+def test_atomic_write_leaves_no_temporary(tmp_path):
+    atomic_write_text(tmp_path / "f.txt", "hello")
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_masked_arrays_are_refused():
+    X = np.ma.masked_array(np.ones((3, 2)), mask=[[0, 1]] * 3)
+    with pytest.raises(TypeError, match="X is a masked array"):
+        rnn.forward(X, np.ones((2, 2)), np.eye(2))
+
+
+def test_sigterm_during_report_leaves_nothing(tmp_path):
+    out = tmp_path / "rep"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "report", "--quick", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(tmp_path.iterdir()):
+        time.sleep(0.05)                      # wait until the staging folder exists
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    left = os.listdir(tmp_path)
+    assert not [n for n in left if n.endswith(".partial")], left   # no staging folder left
+    if proc.returncode != 0:                  # interrupted: nothing that looks like a report
+        assert left == [], left
+    else:                                     # the signal came too late: a complete report
+        assert (out / "index.html").exists()
