@@ -48,21 +48,35 @@ def _expm1_reduced(r):
     return r + r * r * p
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _round_k(y):
+    """k = round(y / ln 2), as a float64."""
+    return np.floor(y * _INV_LN2 + 0.5)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _reduce(y, k):
+    """r = y - k ln 2 in two steps (Cody-Waite), so that k * _LN2_HI is exact."""
+    return (y - k * _LN2_HI) - k * _LN2_LO
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _pow2_bits(k):
+    """The float64 bit pattern of 2**k, for integer-valued k in [-1022, 1023]."""
+    return (np.int64(k) + 1023) << 52
+
+
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
 def tanh_inplace(a, scratch):
     """a[:] = tanh(a[:]); a is 1-D contiguous float32/float64, scratch int64 of len >= a.size."""
     n = a.shape[0]
     scale = scratch[:n].view(np.float64)
     for i in range(n):    # pass 1: the exponent of 2**k, k = round(-2|x| / ln2)
-        y = -2.0 * min(abs(np.float64(a[i])), _TANH_CLAMP)
-        k = np.floor(y * _INV_LN2 + 0.5)
-        scratch[i] = (np.int64(k) + 1023) << 52
+        scratch[i] = _pow2_bits(_round_k(-2.0 * min(abs(np.float64(a[i])), _TANH_CLAMP)))
     for i in range(n):    # pass 2: tanh|x| = -expm1(-2|x|) / (2 + expm1(-2|x|))
         x = np.float64(a[i])
         y = -2.0 * min(abs(x), _TANH_CLAMP)
-        k = np.floor(y * _INV_LN2 + 0.5)
-        r = (y - k * _LN2_HI) - k * _LN2_LO
-        p = _expm1_reduced(r)
+        p = _expm1_reduced(_reduce(y, _round_k(y)))
         s = scale[i]
         em1 = s * p + (s - 1.0)          # 2**k (1 + p) - 1 without losing p when k = 0
         a[i] = math.copysign(-em1 / (2.0 + em1), x)
@@ -147,15 +161,12 @@ def exp_shifted_inplace(row, n, m, scale, scratch):
     else:
         pw = scratch[:n].view(np.float64)
         for j in range(n):
-            y = max((row[j] - m) * scale, _EXP_FLOOR)
-            k = np.floor(y * _INV_LN2 + 0.5)
-            scratch[j] = (np.int64(k) + 1023) << 52
+            scratch[j] = _pow2_bits(_round_k(max((row[j] - m) * scale, _EXP_FLOOR)))
         for j in range(n):
             x = (row[j] - m) * scale
             y = max(x, _EXP_FLOOR)
-            k = np.floor(y * _INV_LN2 + 0.5)
-            r = (y - k * _LN2_HI) - k * _LN2_LO
-            row[j] = pw[j] * (1.0 + _expm1_reduced(r)) if x >= _EXP_FLOOR else 0.0
+            e = pw[j] * (1.0 + _expm1_reduced(_reduce(y, _round_k(y))))
+            row[j] = e if x >= _EXP_FLOOR else 0.0
 
 
 @njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
