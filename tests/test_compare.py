@@ -59,6 +59,7 @@ def test_cli_quick_writes_csvs(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, word", [(["--threads", "0"], "--threads"),
+                                         (["--threads", "100000"], "--threads"),
                                          (["--repeats", "0"], "--repeats")])
 def test_cli_errors(tmp_path, capsys, argv, word):
     assert cli.main(["compare", "--quick", "--out", str(tmp_path), *argv]) == 2

@@ -116,6 +116,14 @@ def test_cli_refuses_a_nonempty_out(tmp_path, capsys):
     assert err.count("\n") == 0 and "--out" in err and "not an empty directory" in err
 
 
+def test_cli_refuses_an_unwritable_out(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")                        # a file where a parent folder should be
+    assert cli.main(["report", "--quick", "--out", str(blocker / "rep")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--out" in err
+
+
 def test_help_has_examples():
     for argv in (["--help"], ["report", "--help"], ["decay", "--help"], ["depth", "--help"],
                  ["compare", "--help"]):
