@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -58,25 +59,30 @@ def _terminate(signum, frame):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return int(args._run(args) or 0)
     except UsageError as e:
         print(f"harness {args.command}: error: {e}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, MemoryError) as e:
-        # the analysers check their own arguments and say which one is wrong;
-        # the command line shows that message as one line, not a traceback
-        print(f"harness {args.command}: error: {type(e).__name__}: {e}".splitlines()[0],
-              file=sys.stderr)
+        # the analysers check their own arguments and say which one is wrong; the command
+        # line shows that as one line. HARNESS_DEBUG=1 shows the traceback instead.
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        print(f"harness {args.command}: error: {type(e).__name__}: {e}".splitlines()[0]
+              + " (HARNESS_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"harness {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -793,8 +793,8 @@ def _run(args, out_dir):
     table = depth_table(T_values, args.d, traces=traces)
     for key in [k for k in traces if k[1] not in set(args.schedule_T)]:
         del traces[key]                                      # keep only what the schedule reuses
-    if out_dir is not None:
-        atomic_write_csv(table, out_dir / "depth.csv")
+    outputs = {"depth.csv": table}      # written together at the end: a run that fails
+                                        # part-way leaves no partial set behind
     view = table[["model", "T", "macs", "flops", "span", "max_path", "scalar_span",
                   "parallelism"]].copy()
     view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
@@ -812,8 +812,7 @@ def _run(args, out_dir):
     sched = schedule_table(sorted(set(args.schedule_T)), args.d, processors,
                            CONFIG.schedule_grains, traces=traces)
     traces.clear()
-    if out_dir is not None:
-        atomic_write_csv(sched, out_dir / "schedule.csv")
+    outputs["schedule.csv"] = sched
     wide = sched.pivot_table(index="P", columns=["grain", "model", "T"], values="time")
     _print("greedy list schedule, steps T_P (Brent/Graham max(W/P,S) <= T_P <= W/P+S held on "
            "every row). grain=scalar: each multiply/add a unit task, sums as trees;\n"
@@ -832,10 +831,8 @@ def _run(args, out_dir):
         cross = measured_crossover(times)
         expo = fit_exponents(times)
         scaling = strong_scaling(args.scaling_T, args.d, repeats=args.repeats)
-        if out_dir is not None:
-            atomic_write_csv(times, out_dir / "timings.csv")
-            atomic_write_csv(scaling, out_dir / "scaling.csv")
-            atomic_write_csv(pd.DataFrame([machine.describe()]), out_dir / "machine.csv")
+        outputs.update({"timings.csv": times, "scaling.csv": scaling,
+                        "machine.csv": pd.DataFrame([machine.describe()])})
         _print(f"wall time of the compiled forwards (best of >= {args.repeats} calls; attention: "
                "Q = K = V = X, grid + mix only; attention+proj: with its three projections)", times)
         _print("crossover: counted T = d for the grid; measured where attention gets slower. "
@@ -845,5 +842,8 @@ def _run(args, out_dir):
                "multiplications than the RNN at every T, so no crossover is counted", cross)
         _print("fitted exponents of time against T", expo)
         _print("strong scaling (BLAS and Numba threads set together)", scaling)
+    if out_dir is not None:
+        for name, frame in outputs.items():
+            atomic_write_csv(frame, out_dir / name)
     print(f"\nharness depth: {time.perf_counter() - t0:.1f} s", file=sys.stdout)
     return 0

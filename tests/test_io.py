@@ -63,3 +63,25 @@ def test_sigterm_during_report_leaves_nothing(tmp_path):
         assert left == [], left
     else:                                     # the signal came too late: a complete report
         assert (out / "index.html").exists()
+
+
+def test_main_restores_the_sigterm_handler(tmp_path):
+    from harness import cli
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["decay", "--T", "8", "--d", "2", "--rho", "0.9", "--quiet",
+                     "--out", str(tmp_path)]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_depth_writes_its_files_only_when_the_run_completes(tmp_path, monkeypatch):
+    from harness import cli, depth
+
+    def boom(*a, **k):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(depth, "schedule_table", boom)
+    out = tmp_path / "d"
+    with pytest.raises(RuntimeError):
+        cli.main(["depth", "--T", "8", "16", "--d", "4", "--schedule-T", "8", "--no-measure",
+                  "--out", str(out)])
+    assert not out.exists()                    # depth.csv was not written ahead of the rest
