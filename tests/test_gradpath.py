@@ -317,6 +317,17 @@ def test_additive_routes_match_the_lesson_formulas():
 
 # --------------------------------------------------------------------------- clipping
 
+def clipping_twin(T, d, rho, weight, activation):
+    """The clipping experiment's RNN (same draws as gradpath), through the naive BPTT twin:
+    (total dl/dW_xh, per-step terms)."""
+    W_hh = gradpath.recurrent_matrix(d, rho, weight, 0)
+    rng = np.random.default_rng([0, 1])
+    W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
+    X = rng.normal(size=(T, d))
+    u = np.random.default_rng(gradpath.PROBE_SEED).normal(size=d)
+    return naive_bptt_dWxh(X, W_xh, W_hh, u / np.linalg.norm(u), activation)
+
+
 def test_clipping_rescales_every_contribution_by_one_factor():
     T, d, thr = 30, 6, 2.0
     df = gradpath.clipping_experiment(rhos=(0.5, 0.9, 1.5), threshold=thr, T=T, d=d,
@@ -326,12 +337,7 @@ def test_clipping_rescales_every_contribution_by_one_factor():
     assert (df["residual"] < 1e-12).all()
     # independent BPTT twin: the total gradient and the near/far terms it reports
     for rho in (0.5, 0.9, 1.5):
-        W_hh = gradpath.recurrent_matrix(d, rho, "gaussian", 0)
-        rng = np.random.default_rng([0, 1])
-        W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
-        X = rng.normal(size=(T, d))
-        u = np.random.default_rng(gradpath.PROBE_SEED).normal(size=d)
-        total, terms = naive_bptt_dWxh(X, W_xh, W_hh, u / np.linalg.norm(u), "tanh")
+        total, terms = clipping_twin(T, d, rho, "gaussian", "tanh")
         n = np.linalg.norm(total)
         assert abs(df.loc[rho, "log10_total_before"] - math.log10(n)) < 1e-9
         assert abs(df.loc[rho, "log10_near_before"] - math.log10(np.linalg.norm(terms[T - 2]))) < 1e-9
@@ -357,12 +363,7 @@ def test_clipping_acts_on_the_total_not_on_each_contribution(rho):
     # a threshold between the near and the far term: clipping each term alone would move
     # the far/near ratio, clipping the total does not
     T, d = 30, 6
-    W_hh = gradpath.recurrent_matrix(d, rho, "orthogonal", 0)
-    rng = np.random.default_rng([0, 1])
-    W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
-    X = rng.normal(size=(T, d))
-    u = np.random.default_rng(gradpath.PROBE_SEED).normal(size=d)
-    _, terms = naive_bptt_dWxh(X, W_xh, W_hh, u / np.linalg.norm(u), "identity")
+    _, terms = clipping_twin(T, d, rho, "orthogonal", "identity")
     near, far = np.linalg.norm(terms[T - 2]), np.linalg.norm(terms[0])
     thr = math.sqrt(near * far)                             # strictly between the two
     assert min(near, far) < thr < max(near, far)
