@@ -85,3 +85,18 @@ def test_depth_writes_its_files_only_when_the_run_completes(tmp_path, monkeypatc
         cli.main(["depth", "--T", "8", "16", "--d", "4", "--schedule-T", "8", "--no-measure",
                   "--out", str(out)])
     assert not out.exists()                    # depth.csv was not written ahead of the rest
+
+
+def test_analyser_errors_are_one_line_unless_debugging(monkeypatch, capsys):
+    from harness import cli, gradpath
+
+    def bad(args):
+        raise ValueError("rho must be > 0\nsecond line")
+
+    monkeypatch.setattr(gradpath, "run", bad)
+    assert cli.main(["decay"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "rho must be > 0" in err and "HARNESS_DEBUG=1" in err
+    monkeypatch.setenv("HARNESS_DEBUG", "1")
+    with pytest.raises(ValueError, match="rho must be"):
+        cli.main(["decay"])
