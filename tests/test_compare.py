@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from _deps import require_module
 from harness import cli, compare
 
 TOL = {"float32": 2e-4, "float64": 1e-10}
@@ -32,7 +33,7 @@ def test_every_peer_agrees_with_the_harness(case):
 
 
 def test_torch_is_a_peer_when_installed():
-    pytest.importorskip("torch")
+    require_module("torch", "pip install -e '.[torch]'")
     case = next(iter(compare.QUICK.cases()))
     assert "torch" in compare.implementations(case)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import re
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -12,6 +11,7 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 import pytest
 
+from _deps import require_executable
 from harness import cli, report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -163,14 +163,13 @@ def test_asv_history_is_read(tmp_path):
     report.figure_history({"asv_history": k})
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed "
-                    "(apt-get install chromium); .ci/run installs it")
 def test_renders_in_headless_chromium_without_broken_images(built, tmp_path):
+    chromium = require_executable(CHROMIUM, "apt-get install chromium (.ci/run installs it)")
     r = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
          "--no-first-run", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
          "--virtual-time-budget=10000", "--dump-dom", (built / "index.html").as_uri()],

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import naive
+from _deps import require_module
 from harness import attention as at
 from harness import rnn
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch", "pip install -e '.[torch]'")
 F = torch.nn.functional
 
 TOL = 1e-12
