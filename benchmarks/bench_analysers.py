@@ -60,7 +60,7 @@ class DecayRate(common.Benchmark):
     def setup(self, activation, rho):
         gradpath = common.analyser("gradpath")
         D = gradpath.DEFAULT
-        frame = gradpath.rnn_decay(T=D.Ts[0], d=D.ds[0], rho=rho, weight="orthogonal",
+        frame = mrnn.rnn_decay(T=D.Ts[0], d=D.ds[0], rho=rho, weight="orthogonal",
                                    activation=activation, seed=D.seed)
         self.rate = float(gradpath.summarise(frame, D.fit_from)["fitted_rate"].iloc[0])
 
@@ -79,7 +79,7 @@ class AttentionDecayRate(common.Benchmark):
     def setup(self):
         gradpath = common.analyser("gradpath")
         D = gradpath.DEFAULT
-        frame = gradpath.attention_paths(T=D.Ts[0], d=D.ds[0], seed=D.seed)
+        frame = matt.attention_paths(T=D.Ts[0], d=D.ds[0], seed=D.seed)
         self.rate = float(gradpath.summarise(frame, D.fit_from)["fitted_rate"].iloc[0])
 
     def track_fitted_rate(self):
@@ -103,8 +103,8 @@ class DecaySweep(common.Benchmark):
         common.apply_threads()
         self.tmp = tempfile.TemporaryDirectory(prefix="harness-bench-")
         self.argv = ["decay", "--quiet", "--out", self.tmp.name]
-        self.gradpath.rnn_decay(T=4, d=2)                         # compile outside the clock
-        self.gradpath.attention_paths(T=4, d=2)
+        self.mrnn.rnn_decay(T=4, d=2)                         # compile outside the clock
+        self.matt.attention_paths(T=4, d=2)
         self.stdout, sys.stdout = sys.stdout, open(os.devnull, "w")   # the command prints its summary
 
     def teardown(self):

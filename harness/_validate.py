@@ -7,6 +7,7 @@ public functions check nothing.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -78,6 +79,49 @@ def check_choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)!r}, got {value!r}.")
     return value
+
+
+# Scalar arguments. One behaviour each: a value of the wrong type is a TypeError,
+# a value of the right type outside its range a ValueError; both name the argument.
+
+def check_int(name, v, minimum=1):
+    """An integer (not a bool) >= ``minimum``; returned as a Python int."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {type(v).__name__} {v!r}.")
+    if v < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}.")
+    return int(v)
+
+
+def check_seed(name, v):
+    """A seed for np.random.default_rng: an integer >= 0 (SeedSequence rejects negatives)."""
+    return check_int(name, v, 0)
+
+
+def check_real(name, v, minimum=0.0, strict=False):
+    """A finite real number >= ``minimum`` (> it when ``strict``); returned as a float."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(v).__name__} {v!r}.")
+    op = ">" if strict else ">="
+    if not (math.isfinite(v) and (v > minimum if strict else v >= minimum)):
+        raise ValueError(f"{name} must be a finite number {op} {minimum:g}, got {v!r}.")
+    return float(v)
+
+
+def check_positive(name, v):
+    """A finite real number > 0 (a spectral radius, a threshold, a scale)."""
+    return check_real(name, v, 0.0, strict=True)
+
+
+def check_sequence(name, values, check):
+    """A non-empty sequence whose every item passes ``check(name, item)``; returned as a tuple."""
+    try:
+        values = tuple(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence, got {type(values).__name__} {values!r}.") from None
+    if len(values) == 0:
+        raise ValueError(f"{name} must not be empty.")
+    return tuple(check(name, v) for v in values)
 
 
 def available_memory_bytes():

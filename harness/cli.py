@@ -1,8 +1,10 @@
 """The ``harness`` command: one subcommand per analyser.
 
-Each subcommand lives in its own module, which provides ``HELP`` (one line),
-``DESCRIPTION`` (with an example), ``add_arguments(parser)`` and
-``run(args) -> int``. Bad arguments print one line and exit with status 2.
+Each subcommand lives in its own module of ``harness.commands``, which provides
+``HELP`` (one line), ``DESCRIPTION`` (with an example), ``add_arguments(parser)``
+and ``run(args) -> int``, and imports nothing heavy until ``run``: building the
+parser loads neither NumPy nor the analysers. Bad arguments print one line and
+exit with status 2.
 """
 
 from __future__ import annotations
@@ -16,13 +18,7 @@ import threading
 
 from harness._io import UsageError
 
-# subcommand -> module that implements it
-COMMANDS = {
-    "decay": "harness.gradpath",
-    "depth": "harness.depth",
-    "compare": "harness.compare",
-    "report": "harness.report",
-}
+from harness.commands import COMMANDS
 
 
 class _Parser(argparse.ArgumentParser):

@@ -5,30 +5,28 @@
   with projections positions look at each other; unscaled row maxima saturate
   as d_k grows while scaled ones grow slowly.
 * Additive-attention lesson: an untrained alignment is nearly uniform; without
-  tanh every row is the same.
+  tanh every row is the same; the gradient reaches an encoder state by two
+  routes, the value route and the score route (``lesson_additive_routes``).
 
 Each function returns a tidy DataFrame, one row per observation.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 
 import numpy as np
 import pandas as pd
 
-from harness import attention, gradpath
+from harness import attention, reference
+from harness._validate import check_positive
+from harness.config import LessonConfig
 
 # The six tokens of the self-attention lesson's grid.
 SENTENCE = ("las", "llaves", "del", "coche", "están", "ahí")
 
 
-@dataclasses.dataclass(frozen=True)
-class LessonConfig:
-    d_model: int = 16                     # token width of the attention-map experiment
-    token_lengths: tuple = (1.0, 3.0)     # the lesson's length 1 and "three times longer"
-    d_k_values: tuple = (8, 16, 32, 64, 128, 256, 512)
-    seed: int = 0
+DEFAULT = LessonConfig()
 
 
 def _tokens(config):
@@ -37,7 +35,7 @@ def _tokens(config):
     return X / np.linalg.norm(X, axis=1, keepdims=True)   # equal norms: the lesson's assumption
 
 
-def self_attention_maps(config=LessonConfig()):
+def self_attention_maps(config=DEFAULT):
     """Attention maps of the lesson's sentence: no projections at each token length, then projected.
 
     Columns: setting, length, query, key, i, j, weight.
@@ -71,7 +69,7 @@ def diagonal_share(maps):
     return pd.DataFrame(out)
 
 
-def row_max_vs_dk(config=LessonConfig()):
+def row_max_vs_dk(config=DEFAULT):
     """Mean row maximum of softmax(Q K^T) for random Q, K as d_k grows, scaled and unscaled.
 
     The same random vectors throughout: d_k = 8 uses the first 8 coordinates of
@@ -86,9 +84,7 @@ def row_max_vs_dk(config=LessonConfig()):
         Q, K = Q_all[:, :d_k], K_all[:, :d_k]
         for scaled in (False, True):
             # Q = K-side inputs with identity "projections" would square them, so score directly
-            E = Q @ K.T / (np.sqrt(d_k) if scaled else 1.0)
-            A = np.exp(E - E.max(axis=1, keepdims=True))
-            A /= A.sum(axis=1, keepdims=True)
+            A = reference.softmax_rows(Q @ K.T / (np.sqrt(d_k) if scaled else 1.0))
             rows.append({"d_k": d_k, "scaled": scaled, "row_max": float(A.max(axis=1).mean())})
     return pd.DataFrame(rows)
 
@@ -98,7 +94,7 @@ def additive_maps():
 
     Columns: setting, i, j, weight, uniform.
     """
-    S, H, Wsa, Wha, va, _ = gradpath.lesson_additive_inputs()
+    S, H, Wsa, Wha, va, _ = lesson_additive_inputs()
     rows = []
     for setting, nl in (("tanh", "tanh"), ("no tanh", None)):
         alpha = attention.alignment(S, H, Wsa, Wha, va, nonlinearity=nl)
@@ -106,4 +102,40 @@ def additive_maps():
             for j in range(alpha.shape[1]):
                 rows.append({"setting": setting, "i": i, "j": j, "weight": float(alpha[i, j]),
                              "uniform": 1.0 / alpha.shape[1]})
+    return pd.DataFrame(rows)
+
+
+def lesson_additive_inputs(va_scale=0.5):
+    """The additive-attention lesson's example: (S, H, Wsa, Wha, va, G), same draws."""
+    T_y, T_x, d_h, d_a = 8, 6, 5, 4
+    rng = np.random.default_rng(4)
+    S = rng.normal(size=(T_y, d_h)) * 0.6
+    H = rng.normal(size=(T_x, d_h)) * 0.6
+    Wsa = rng.normal(size=(d_a, d_h)) * 0.5
+    Wha = rng.normal(size=(d_a, d_h)) * 0.5
+    va = rng.normal(size=d_a) * va_scale                   # last draw: rescaling keeps the others
+    G = np.random.default_rng(9).normal(size=(T_y, d_h))
+    return S, H, Wsa, Wha, va, G
+
+
+def additive_routes(S, H, Wsa, Wha, va, dC, nonlinearity="tanh"):
+    """Norms of the two routes by which dl/dH arrives in additive attention, as a dict.
+
+    S (T_y, d_h) decoder states, H (T_x, d_h) encoder states, Wsa, Wha (d_a, d_h),
+    va (d_a,), dC (T_y, d_h) = dl/dc_i. Value route: h_j as a term of each
+    c_i = sum_j alpha_ij h_j; score route: h_j as an argument of
+    e_ij = va . tanh(Wsa s_i + Wha h_j). Frobenius norms over (T_x, d_h), from
+    ``harness.attention.alignment_backward``.
+    """
+    g = attention.alignment_backward(S, H, Wsa, Wha, va, dC, nonlinearity=nonlinearity)
+    nv, ns = float(np.linalg.norm(g.dH_value)), float(np.linalg.norm(g.dH_score))
+    return {"value_norm": nv, "score_norm": ns, "value_over_score": nv / ns if ns else math.inf}
+
+
+def lesson_additive_routes(va_scales=DEFAULT.va_scales):
+    """The lesson's route norms (2.8303 and 0.2556 at va scale 0.5), one row per va scale."""
+    rows = []
+    for s in va_scales:
+        check_positive("va_scales", s)
+        rows.append({"va_scale": float(s), **additive_routes(*lesson_additive_inputs(s))})
     return pd.DataFrame(rows)

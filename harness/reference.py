@@ -60,16 +60,6 @@ def attention_forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False):
     return A @ V, A
 
 
-def additive_scores(S, H, Wsa, Wha, va, nonlinearity="tanh"):
-    """e_ij = va . tanh(Wsa s_i + Wha h_j), as the additive-attention lesson computes it."""
-    P = (S @ Wsa.T)[:, None, :] + (H @ Wha.T)[None, :, :]   # (T_y, T_x, d_a)
-    return (np.tanh(P) if nonlinearity == "tanh" else P) @ va
-
-
-def alignment(S, H, Wsa, Wha, va, nonlinearity="tanh"):
-    return softmax_rows(additive_scores(S, H, Wsa, Wha, va, nonlinearity))
-
-
 def rnn_backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
     """BPTT as a NumPy step loop; returns (dX, dW_xh, dW_hh, db, dh0)."""
     T = X.shape[-2]

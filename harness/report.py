@@ -21,9 +21,7 @@ import itertools
 import json
 import math
 import os
-import shlex
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,39 +34,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import depth, gradpath, lessons, machine  # noqa: E402
+from harness import clipping, depth, gradpath, lessons, machine, schedule, walltime  # noqa: E402
+from harness._fit import log_crossing  # noqa: E402
 from harness._io import UsageError, atomic_write_text, umask  # noqa: E402
-
-HELP = "write the HTML report: decay, clipping, depth, work, attention maps, benchmarks"
-DESCRIPTION = """\
-Run every analyser and write a self-contained report folder: index.html (opens
-offline), each figure as PNG and SVG, and the CSV behind each figure. Captions
-state the measured numbers. --quick runs smaller sweeps (under two minutes).
-
-example:
-  harness report --quick --out reports/first
-  harness report                       # reports/<date-time>/, the full sweeps
-"""
-
-
-@dataclasses.dataclass(frozen=True)
-class ReportConfig:
-    decay_T: int = 1001                        # distances 1..1000: "the signal from 1000 steps back"
-    decay_d: int = 32
-    decay_rhos: tuple = (0.5, 0.9, 1.0, 1.1, 1.5)
-    depth_d: int = 512                         # the paper's d_model, as in the lesson's table
-    depth_T: tuple = (50, 100, 200, 500, 1000, 2000)
-    schedule_T: int = 800                      # the lesson's 800-token text
-    schedule_d: int = 64                       # graph small enough to schedule at every P
-    wall_d: int = 512                          # timed at the lesson's d: crossovers compare as is
-    wall_T: tuple = (32, 64, 128, 256, 512, 1024, 2048, 4096)
-    wall_threads: int = 1                      # one thread: stable on a shared machine
-    va_scales: tuple = (0.25, 0.5, 1.0, 2.0, 4.0)
-    asv_results: str = ".asv/results"
-
-
-# the same d for counts and wall times, so the two crossovers share one axis
-QUICK = ReportConfig(wall_T=(32, 64, 128, 256, 512, 1024, 2048))
+from harness.config import QUICK_REPORT as QUICK  # noqa: E402,F401
+from harness.config import REPORT as DEFAULT  # noqa: E402
+from harness.models import ATTENTION as ATT  # noqa: E402
+from harness.models import RECURRENCE as RNN  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -90,16 +62,16 @@ def _pow10(x):
 
 def caption_decay(f):
     d, s = f["decay"], f["decay_summary"]
-    rnn = d[(d.model == "rnn") & (d.weight == "orthogonal") & (d.input_scale == 1.0)]
+    rnn = d[(d.model == RNN) & (d.weight == "orthogonal") & (d.input_scale == 1.0)]
     far = int(rnn.distance.max())
     lin = rnn[(rnn.activation == "identity") & (rnn.rho == 0.9) & (rnn.distance == far)]
     tanh = rnn[(rnn.activation == "tanh") & (rnn.rho == 0.9) & (rnn.distance == far)]
-    att = d[(d.model == "attention") & (d.input_scale == 1.0)]
+    att = d[(d.model == ATT) & (d.input_scale == 1.0)]
     kmax = int(att.distance.max())
     near = att[att.distance <= kmax / 4].log10_norm.mean()
     far_q = att[att.distance > 3 * kmax / 4].log10_norm.mean()
-    arate = s[(s.model == "attention") & (s.input_scale == 1.0)].fitted_rate.iloc[0]
-    srnn = s[(s.model == "rnn") & (s.activation == "tanh")]
+    arate = s[(s.model == ATT) & (s.input_scale == 1.0)].fitted_rate.iloc[0]
+    srnn = s[(s.model == RNN) & (s.activation == "tanh")]
     return (f"At ρ = 0.9 the signal from {far} steps back is {_pow10(lin.log10_norm.iloc[0])} "
             f"through the linear RNN (theory {far}·log10 0.9 = {_pow10(far * math.log10(0.9))}) and "
             f"{_pow10(tanh.log10_norm.iloc[0])} through tanh, which only makes it smaller. "
@@ -125,7 +97,7 @@ def caption_clipping(f):
 
 def caption_depth(f):
     t = f["depth"]
-    r, a = t[t.model == "rnn"].sort_values("T"), t[t.model == "attention"].sort_values("T")
+    r, a = t[t.model == RNN].sort_values("T"), t[t.model == ATT].sort_values("T")
     return (f"Traced from the running code at d = {int(t.d.iloc[0])}: the RNN's span grows from "
             f"{int(r.span.iloc[0])} to {int(r.span.iloc[-1])} operations as T goes from "
             f"{int(r['T'].iloc[0])} to {int(r['T'].iloc[-1])}, and its path from position 1 to T "
@@ -142,10 +114,12 @@ def caption_schedule(f):
     def part(model, grain):
         return s[(s.model == model) & (s.grain == grain)].sort_values("P")
 
-    def plateau(g):      # the first P whose time is within 1% of the span: more buys nothing
-        return int(g[g.time <= g.span.iloc[0] * 1.01].P.min())
+    plateaus = schedule.plateau_P(s).set_index(["model", "grain"])["plateau_P"]
 
-    rs, asc, re_ = part("rnn", "scalar"), part("attention", "scalar"), part("rnn", "element")
+    def plateau(g):      # the first P within 1 % of the floor: more processors buy nothing
+        return int(plateaus[g.model.iloc[0], g.grain.iloc[0]])
+
+    rs, asc, re_ = part(RNN, "scalar"), part(ATT, "scalar"), part(RNN, "element")
     at_T = rs[rs.P == T].time.iloc[0]
     return (f"Greedy list scheduling of the traced graphs for the lesson's T = {T} tokens (d = {d}). "
             f"With scalar tasks (each multiply or add; sums as trees) and {T} processors the RNN "
@@ -160,7 +134,7 @@ def caption_schedule(f):
 
 def _measured_crossover(x):
     """(T, how, ratio to the counted T = d) of the grid-and-mix attention crossover."""
-    row = x[x.variant == "attention"].iloc[0]
+    row = x[x.variant == ATT].iloc[0]
     if not pd.isna(row.measured_T):
         T, how = row.measured_T, "measured"
     else:
@@ -171,14 +145,7 @@ def _measured_crossover(x):
 def counted_crossover(w):
     """T where the traced counts cross: log(attention / RNN) interpolated in log T."""
     wide = w.pivot(index="T", columns="model", values="macs").sort_index()
-    gap = np.log(wide["attention"] / wide["rnn"])
-    above = np.flatnonzero(gap.to_numpy() >= 0)
-    if len(above) == 0 or above[0] == 0:
-        return float("nan")
-    i = above[0]
-    lo, hi = np.log(wide.index[i - 1]), np.log(wide.index[i])
-    g0, g1 = gap.iloc[i - 1], gap.iloc[i]
-    return float(np.exp(lo + (hi - lo) * (0 - g0) / (g1 - g0)))
+    return log_crossing(wide.index, np.log(wide[ATT] / wide[RNN]))
 
 
 def caption_work(f):
@@ -238,12 +205,11 @@ def caption_wall(f):
     def exp(model):
         return e[e.model == model].exponent.iloc[0]
 
-    r = w[w.model == "rnn"]
+    r = w[w.model == RNN]
     n = int(w.threads.iloc[0])
+    fits = ", ".join(f"{m} {exp(m):.2f}" for m in e.model.drop_duplicates())
     return (f"Forward wall time on this machine ({n} thread{'s' if n > 1 else ''}, d = "
-            f"{int(w.d.iloc[0])}). Fitted exponents of time against T: RNN {exp('rnn'):.2f}, "
-            f"attention {exp('attention'):.2f}, attention with projections "
-            f"{exp('attention+proj'):.2f}. The RNN takes "
+            f"{int(w.d.iloc[0])}). Fitted exponents of time against T: {fits}. The RNN takes "
             f"{r.seconds_per_step.median() * 1e6:.1f} µs per step (median over T).")
 
 
@@ -277,15 +243,15 @@ def _save(fig, folder, stem):
 
 def figure_decay(f):
     d = f["decay"]
-    rnn = d[(d.model == "rnn") & (d.weight == "orthogonal") & (d.input_scale == 1.0)]
-    att = d[(d.model == "attention") & (d.input_scale == 1.0)]
+    rnn = d[(d.model == RNN) & (d.weight == "orthogonal") & (d.input_scale == 1.0)]
+    att = d[(d.model == ATT) & (d.input_scale == 1.0)]
     series = rnn.rho.map(lambda r: f"RNN ρ={r:g}")
     rows = [rnn.assign(curve="measured", series=series)]
     # k log10(sigma_max): exact for the linear RNN on orthogonal W_hh, Pascanu's bound for tanh
     theory = rnn.assign(log10_norm=rnn.log10_bound, curve="theory / bound", series=series)
     rows.append(theory)
     for act in ("identity", "tanh"):
-        rows.append(att.assign(activation=act, curve="measured", series="attention"))
+        rows.append(att.assign(activation=act, curve="measured", series=ATT))
     long = pd.concat(rows, ignore_index=True)
     long = long[(long.log10_norm > -60) & (long.log10_norm < 60)]
     g = sns.relplot(data=long, x="distance", y="log10_norm", hue="series", style="curve",
@@ -469,36 +435,41 @@ def kernel_history(h, d=256, batch=1, dtype="float64"):
 
 # --------------------------------------------------------------------- build
 
+STAGES = 6          # the progress calls of _sections, for a bar with a count
+
+
 def _sections(config, progress):
-    """Run the analysers: yields (key, title, frames, figure fns)."""
+    """Run the analysers: yields (key, title, frames, figure fns). Calls ``progress(stage)``
+    ``STAGES`` times."""
     progress("gradient decay (RNN and attention)")
-    dcfg = gradpath.DecayConfig(rhos=config.decay_rhos, Ts=(config.decay_T,), ds=(config.decay_d,))
-    frame, summary = gradpath.decay_sweep(dcfg)
+    frame, summary = gradpath.decay_sweep(config.decay)
     yield ("decay", "Gradient path: T−1 Jacobians against one α",
            {"decay": frame, "decay_summary": summary}, [("decay", figure_decay)])
 
     progress("clipping")
-    clip = gradpath.clipping_experiment(rhos=config.decay_rhos)
+    clip = clipping.clipping_experiment(**dataclasses.asdict(config.clipping))
     yield ("clipping", "Clipping stops explosion, not vanishing", {"clipping": clip},
            [("clipping", figure_clipping)])
 
     progress("depth: tracing the forwards")
-    dt = depth.depth_table(config.depth_T, config.depth_d)
+    dt = depth.depth_table(config.depth.T_values, config.depth.d)
     yield ("depth", "Sequential depth: span and path length", {"depth": dt},
            [("depth", figure_depth)])
 
-    progress(f"schedule on P processors (T = {config.schedule_T})")
-    d = config.schedule_d
-    procs = tuple(sorted({1, 10, 100, d, 2 * d, 4 * d, config.schedule_T, 10**3, 10**4, 10**5, 10**6}))
-    sched = pd.concat([depth.schedule(m, config.schedule_T, config.schedule_d, procs, grain)
-                       for grain in depth.GRAINS for m in depth.MODELS], ignore_index=True)
-    yield ("schedule", f"The {config.schedule_T}-token text on P processors", {"schedule": sched},
+    T, d = config.schedule.T_values[0], config.schedule_d
+    progress(f"schedule on P processors (T = {T})")
+    traces = {}
+    sched = pd.concat([schedule.schedule(m, T, d, config.schedule.processors, grain,
+                                         tr=depth.traced(traces, m, T, d))
+                       for grain in config.schedule.grains for m in config.decay.models],
+                      ignore_index=True)
+    yield ("schedule", f"The {T}-token text on P processors", {"schedule": sched},
            [("schedule", figure_schedule)])
 
     progress("wall times over T")
-    wall = depth.measure_wall_times(config.wall_T, config.wall_d, threads=config.wall_threads)
-    cross = depth.measured_crossover(wall)
-    expo = depth.fit_exponents(wall)
+    wall = walltime.measure_wall_times(config.wall)
+    cross = walltime.measured_crossover(wall, config.wall)
+    expo = walltime.fit_exponents(wall, config.wall.fit_min_T)
     work = dt[["model", "T", "d", "macs", "flops"]]
     yield ("work", "Work: multiplications cross at T = d", {"work": work, "crossover": cross},
            [("work", figure_work)])
@@ -506,14 +477,14 @@ def _sections(config, progress):
            [("wall_times", figure_wall)])
 
     progress("attention experiments of the lessons")
-    maps = lessons.self_attention_maps()
+    maps = lessons.self_attention_maps(config.lessons)
     yield ("maps", "Self-attention: the diagonal, projections and √d_k",
            {"attention_maps": maps, "attention_diagonal": lessons.diagonal_share(maps),
-            "row_max": lessons.row_max_vs_dk()},
+            "row_max": lessons.row_max_vs_dk(config.lessons)},
            [("attention_maps", figure_maps), ("row_max", figure_row_max)])
     yield ("additive", "Additive attention: untrained map, no tanh, two gradient routes",
            {"additive_maps": lessons.additive_maps(),
-            "additive_routes": gradpath.lesson_additive_routes(config.va_scales)},
+            "additive_routes": lessons.lesson_additive_routes(config.lessons.va_scales)},
            [("additive_maps", figure_additive), ("additive_routes", figure_routes)])
 
     hist = kernel_history(read_asv_results(config.asv_results))
@@ -572,7 +543,7 @@ def render_html(sections, meta, command):
     return "\n".join(parts)
 
 
-def build_report(out, config=ReportConfig(), progress=None, command="harness report"):
+def build_report(out, config=DEFAULT, progress=None, command="harness report"):
     """Write the report folder ``out`` (must not exist or be empty). Returns its path."""
     out = Path(out)
     progress = progress or (lambda msg: None)
@@ -613,29 +584,3 @@ def build_report(out, config=ReportConfig(), progress=None, command="harness rep
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return out
-
-
-# ----------------------------------------------------------------------- CLI
-
-def add_arguments(p):
-    p.add_argument("--quick", action="store_true",
-                   help="smaller sweeps, under two minutes on 2 cores")
-    p.add_argument("--out", default=None,
-                   help="report folder (default: reports/<date-time>/); must not exist or be empty")
-    p.add_argument("--asv-results", default=ReportConfig.asv_results,
-                   help="asv results folder to plot across commits (default: %(default)s)")
-
-
-def run(args):
-    out = args.out or os.path.join("reports", _dt.datetime.now().strftime("%Y-%m-%d_%H%M%S"))
-    config = dataclasses.replace(QUICK if args.quick else ReportConfig(),
-                                 asv_results=args.asv_results)
-    command = "harness " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "harness report"
-    t0 = time.perf_counter()
-
-    def progress(msg):
-        print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
-
-    path = build_report(out, config, progress, command)
-    print(f"wrote {path / 'index.html'} in {time.perf_counter() - t0:.1f} s")
-    return 0

@@ -31,8 +31,6 @@ BYTES_PER_ELEMENT = 8
 # ... and every traced RNN step a few ops and views (Python objects), measured with tracemalloc
 BYTES_PER_STEP = 3000
 
-# op kind -> the name a reader of the lessons uses for it
-ELEMENTWISE = {"add", "sub", "mul", "div", "neg", "tanh", "exp", "where"}
 REDUCTIONS = {"sum", "max"}
 
 
@@ -99,7 +97,6 @@ class Op:
 class Graph:
     """The traced computation: ops in program (hence topological) order."""
     ops: list = field(default_factory=list)
-    leaves: dict = field(default_factory=dict)     # name -> shape
     weight_parts: dict = field(default_factory=dict)  # leaf name -> part label
     seq_axis_label: str = "T"
 
@@ -361,5 +358,4 @@ def leaf(graph, name, shape, axes, source_row=None):
     dist = np.full(shape, _INF, dtype=np.float32)
     if source_row is not None:
         dist[..., source_row, :] = 0
-    graph.leaves[name] = tuple(shape)
     return Traced(graph, shape, [], dist, np.zeros(shape, dtype=np.int32), axes, leaf=name)

@@ -310,7 +310,7 @@ def test_alignment_rows_sum_to_one(nonlinearity):
 # ------------------------------------------------------------ the lesson's example
 
 def _lesson():
-    from harness.gradpath import lesson_additive_inputs    # the one copy of the lesson's draws
+    from harness.lessons import lesson_additive_inputs    # the one copy of the lesson's draws
     return lesson_additive_inputs(0.5)
 
 

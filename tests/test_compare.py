@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from _deps import require_module
-from harness import cli, compare
+from harness import cli, compare, config, timing
 
 TOL = {"float32": 2e-4, "float64": 1e-10}
 
 
-@pytest.mark.parametrize("case", list(compare.QUICK.cases()), ids=str)
+@pytest.mark.parametrize("case", compare.cases(config.QUICK_COMPARE), ids=str)
 def test_every_peer_agrees_with_the_harness(case):
     impls = compare.implementations(case, seed=3)
     y_h, dx_h = impls["harness"][2]()
@@ -34,22 +34,50 @@ def test_every_peer_agrees_with_the_harness(case):
 
 def test_torch_is_a_peer_when_installed():
     require_module("torch", "pip install -e '.[torch]'")
-    case = next(iter(compare.QUICK.cases()))
+    case = compare.cases(config.QUICK_COMPARE)[0]
     assert "torch" in compare.implementations(case)
 
 
 def test_run_comparison_frames():
-    cfg = dataclasses.replace(compare.QUICK, repeats=2, dtypes=("float64",))
+    cfg = dataclasses.replace(config.QUICK_COMPARE, repeats=2, dtypes=("float64",))
     timings, summary = compare.run_comparison(cfg)
     assert {"model", "T", "d", "dtype", "direction", "impl", "median_s", "ratio_to_harness",
             "blas_threads", "numba_threads", "OPENBLAS_CORETYPE"} <= set(timings.columns)
-    assert (timings[timings.impl == "harness"].ratio_to_harness == 1.0).all()
     assert (timings.median_s > 0).all()
-    assert len(summary) == 2 * len(list(cfg.cases()))
+    assert len(summary) == 2 * len(compare.cases(cfg))
     peers = summary[["speedup_vs_numpy", "speedup_vs_fastest"]]
     assert (peers.speedup_vs_fastest <= peers.speedup_vs_numpy + 1e-12).all()
     att = summary[summary.model == "attention"].set_index("direction")
     assert att.harness_over_gemm.notna().to_dict() == {"forward": True, "backward": False}
+
+
+def test_ratios_are_computed_from_the_samples(monkeypatch):
+    """Known samples in, the medians, ratios, speed-ups and targets out, computed by hand."""
+    fake = {"harness": [3.0, 1.0, 2.0], "numpy": [8.0, 4.0, 6.0], "torch": [1.0, 9.0, 5.0],
+            "gemm": [1.5, 1.5, 1.5]}
+
+    def time_interleaved(fns, rounds, min_sample_s, seed=0):
+        return {k: np.array(fake[k]) for k in fns}, {k: 7 for k in fns}
+
+    monkeypatch.setattr(timing, "time_interleaved", time_interleaved)
+    cfg = dataclasses.replace(config.QUICK_COMPARE, dtypes=("float64",),
+                              cases=(("rnn", 1, 16, 8), ("attention", 1, 2048, 256)))
+    monkeypatch.setattr(compare, "implementations", lambda case, seed=0: {
+        k: (lambda: None, None if k == "gemm" else (lambda: None), None) for k in fake})
+    timings, summary = compare.run_comparison(cfg)
+    t = timings[(timings.model == "rnn") & (timings.direction == "forward")].set_index("impl")
+    assert t.median_s.to_dict() == {"harness": 2.0, "numpy": 6.0, "torch": 5.0, "gemm": 1.5}
+    assert t.ratio_to_harness.to_dict() == {"harness": 1.0, "numpy": 3.0, "torch": 2.5, "gemm": 0.75}
+    assert (t.number == 7).all() and (t.min_s.to_dict() == {"harness": 1.0, "numpy": 4.0,
+                                                            "torch": 1.0, "gemm": 1.5})
+    s = summary.set_index(["model", "direction"])
+    rnn = s.loc[("rnn", "forward")]
+    assert rnn.fastest_peer == "torch" and rnn.speedup_vs_fastest == 2.5
+    assert rnn.speedup_vs_numpy == 3.0 and rnn.speedup_vs_torch == 2.5
+    assert bool(rnn.met)                              # 2.5 >= the RNN's 1.5
+    att = s.loc[("attention", "forward")]             # the GEMM-floor case: 2 / 1.5 > 1.3
+    assert att.harness_over_gemm == 2.0 / 1.5 and not bool(att.met)
+    assert pd.isna(s.loc[("attention", "backward")].harness_over_gemm)
 
 
 def test_cli_quick_writes_csvs(tmp_path, capsys):

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import cli, depth, reference, trace
+from harness import _greedy, cli, config, depth, models, reference, schedule, trace, walltime
 from harness.trace import clog2
 
 
@@ -45,9 +45,9 @@ def test_flops_are_twice_macs():
 @pytest.mark.parametrize("d,other", [(1, 1), (3, 5), (16, 8), (24, 40)])
 def test_traced_counts_equal_closed_forms(T, d, other):
     rnn = depth.trace_model("rnn", T, d, d_h=other)
-    assert rnn.macs_by_part() == depth.closed_form_macs("rnn", T, d, d_h=other)
+    assert rnn.macs_by_part() == models.get("rnn").macs(T, d, d_h=other)
     att = depth.trace_model("attention", T, d, d_k=other, d_v=other + 1)
-    assert att.macs_by_part() == depth.closed_form_macs("attention", T, d, d_k=other,
+    assert att.macs_by_part() == models.get("attention").macs(T, d, d_k=other,
                                                         d_v=other + 1)
 
 
@@ -112,7 +112,7 @@ def test_untraceable_operation_is_refused():
 
 
 def test_causal_attention_traces():
-    g = trace.Graph(weight_parts=dict(depth.WEIGHT_PARTS))
+    g = trace.Graph(weight_parts={n: p for f in models.families() for n, _, _, p in f.trace_weights(8)})
     X = trace.leaf(g, "X", (5, 4), ("T", "d_model"), source_row=0)
     W = [trace.leaf(g, n, (4, 4), ("d_model", "d_k")) for n in ("Wq", "Wk", "Wv")]
     Y, A = reference.attention_forward(X, *W, causal=True)
@@ -169,24 +169,26 @@ def _naive_schedule(tg, P):
     return steps
 
 
-@pytest.mark.parametrize("model", depth.MODELS)
-@pytest.mark.parametrize("grain", depth.GRAINS)
+@pytest.mark.parametrize("model", models.NAMES)
+@pytest.mark.parametrize("grain", schedule.GRAINS)
 def test_greedy_schedule_matches_naive_twin(model, grain):
     tr = depth.trace_model(model, 4, 3)
-    tg = depth.task_graph(tr, grain)
+    tg = schedule.task_graph(tr, grain)
     for P in (1, 2, 3, 5, 8, 40):
-        steps, busy, done = depth._greedy_schedule(tg.level_ptr, tg.level_size, tg.succ_ptr,
-                                                   tg.succ_idx, tg.indeg, tg.prio, P)
+        out = np.zeros(3, np.int64)
+        _greedy.greedy_schedule(tg.level_ptr, tg.level_size, tg.succ_ptr, tg.succ_idx,
+                                tg.indeg, tg.prio, P, out)
+        steps, busy, done = out
         assert steps == _naive_schedule(tg, P), P
         assert busy == tg.work and done == len(tg.indeg)
 
 
-@pytest.mark.parametrize("model", depth.MODELS)
-@pytest.mark.parametrize("grain", depth.GRAINS)
+@pytest.mark.parametrize("model", models.NAMES)
+@pytest.mark.parametrize("grain", schedule.GRAINS)
 def test_brent_bounds_hold(model, grain):
     rng = np.random.default_rng(0)
     Ps = sorted({1, 2, 7, 64, 10**6} | set(int(p) for p in rng.integers(1, 5000, 6)))
-    frame = depth.schedule(model, 40, 12, Ps, grain)
+    frame = schedule.schedule(model, 40, 12, Ps, grain)
     W, S = frame.work.iloc[0], frame.span.iloc[0]
     for P, t in zip(frame.P, frame.time):
         assert max(W / P, S) <= t <= W / P + S
@@ -195,37 +197,37 @@ def test_brent_bounds_hold(model, grain):
 
 
 def test_scheduled_span_equals_traced_scalar_span():
-    for model in depth.MODELS:
+    for model in models.NAMES:
         for T, d in ((1, 1), (5, 3), (30, 16)):
             tr = depth.trace_model(model, T, d)
-            assert depth.task_graph(tr, "scalar").span == tr.scalar_span
-            assert depth.task_graph(tr, "scalar").work == tr.scalar_work
+            assert schedule.task_graph(tr, "scalar").span == tr.scalar_span
+            assert schedule.task_graph(tr, "scalar").work == tr.scalar_work
 
 
 def test_rnn_plateaus_once_P_passes_about_d_and_attention_keeps_falling():
     d, T = 32, 64
     Ps = [1, d // 2, d, 2 * d, 4 * d, 16 * d, d * d, 10**4, 10**6]
-    rnn = depth.schedule("rnn", T, d, Ps, "element").set_index("P")["time"]
+    rnn = schedule.schedule("rnn", T, d, Ps, "element").set_index("P")["time"]
     floor = rnn.loc[10**6]
     assert floor == T * (d + 2)                 # T steps of (dot product, add, tanh)
     assert rnn.loc[d // 2] > 1.5 * floor         # below d, more processors still help
     for P in (2 * d, 4 * d, 16 * d, d * d, 10**4):
         assert rnn.loc[P] == pytest.approx(floor, rel=0.02)   # past ~d: bound by the T steps
-    att = depth.schedule("attention", T, d, Ps, "element").set_index("P")["time"]
+    att = schedule.schedule("attention", T, d, Ps, "element").set_index("P")["time"]
     assert att.loc[2 * d] > 10 * att.loc[10**4]  # attention keeps falling past d
     # projection d, QK^T d, scale 1, max T-1, subtract 1, exp 1, sum T-1, divide 1, AV T
     assert att.loc[10**6] == 2 * d + 3 * T + 2
     assert att.loc[10**6] < floor / 5
     # scalar tasks: one RNN step is d^2 multiplications wide, so the floor comes at ~d^2
-    rs = depth.schedule("rnn", T, d, Ps, "scalar").set_index("P")["time"]
+    rs = schedule.schedule("rnn", T, d, Ps, "scalar").set_index("P")["time"]
     assert rs.loc[d * d] == pytest.approx(rs.loc[10**6], rel=0.02)
     assert rs.loc[10**6] == T * (clog2(d) + 3)
     assert rs.loc[4 * d] > 2 * rs.loc[10**6]
 
 
 def test_plateau_P():
-    frame = depth.schedule_table([64], 32, [1, 16, 32, 64, 128, 10**6], grains=("element",))
-    pl = depth.plateau_P(frame, tol=0.02).set_index("model")
+    frame = schedule.schedule_table([64], 32, [1, 16, 32, 64, 128, 10**6], grains=("element",))
+    pl = schedule.plateau_P(frame, tol=0.02).set_index("model")
     assert pl.loc["rnn", "plateau_P"] == 64
     assert pl.loc["attention", "plateau_P"] == 10**6
 
@@ -241,7 +243,7 @@ def _synthetic_times():
 
 
 def test_measured_crossover_interpolates_in_log_T():
-    cross = depth.measured_crossover(_synthetic_times()).set_index("variant")
+    cross = walltime.measured_crossover(_synthetic_times()).set_index("variant")
     assert cross.loc["attention", "measured_T"] == pytest.approx(100)
     assert cross.loc["attention", "extrapolated_T"] == pytest.approx(100)
     assert cross.loc["attention", "counted_T"] == 100
@@ -249,7 +251,7 @@ def test_measured_crossover_interpolates_in_log_T():
 
 
 def test_fit_exponents():
-    ex = depth.fit_exponents(_synthetic_times(), min_T=10).set_index("model")["exponent"]
+    ex = walltime.fit_exponents(_synthetic_times(), min_T=10).set_index("model")["exponent"]
     assert ex["rnn"] == pytest.approx(1.0)
     assert ex["attention"] == pytest.approx(2.0)
 
@@ -257,12 +259,12 @@ def test_fit_exponents():
 def test_crossover_and_exponents_are_nan_without_two_points(recwarn):
     one = _synthetic_times()
     one = one[one["T"] == 1000]
-    cross = depth.measured_crossover(one).set_index("variant")
+    cross = walltime.measured_crossover(one).set_index("variant")
     assert math.isnan(cross.loc["attention", "extrapolated_T"])
-    ex = depth.fit_exponents(one, min_T=10)
+    ex = walltime.fit_exponents(one, min_T=10)
     assert set(ex.model) == {"rnn", "attention"} and ex.exponent.isna().all()
     # nothing at or above min_T: a NaN row, not a missing one
-    assert depth.fit_exponents(_synthetic_times(), min_T=10**6).exponent.isna().all()
+    assert walltime.fit_exponents(_synthetic_times(), min_T=10**6).exponent.isna().all()
     assert not recwarn.list                        # no RankWarning, no RuntimeWarning
 
 
@@ -271,23 +273,23 @@ def test_extrapolated_crossover_is_nan_when_the_fits_do_not_cross_plausibly():
     # attention's exponent no larger than the RNN's: the curves never cross ahead
     flat = t.copy()
     flat.loc[flat.model == "attention", "seconds"] = 1e-4 * flat.loc[flat.model == "attention", "T"]
-    assert math.isnan(depth.measured_crossover(flat, min_T=10).set_index("variant")
+    assert math.isnan(walltime.measured_crossover(flat, min_T=10).set_index("variant")
                       .loc["attention", "extrapolated_T"])
     # they cross below T = 1 (attention always slower): no extrapolation either
     slow = t.copy()
     slow.loc[slow.model == "attention", "seconds"] *= 1e6
-    row = depth.measured_crossover(slow, min_T=10).set_index("variant").loc["attention"]
+    row = walltime.measured_crossover(slow, min_T=10).set_index("variant").loc["attention"]
     assert math.isnan(row.extrapolated_T)
     # ... and far past the sweep
     far = t.copy()
     far.loc[far.model == "attention", "seconds"] *= 1e-6
-    row = depth.measured_crossover(far, min_T=10).set_index("variant").loc["attention"]
+    row = walltime.measured_crossover(far, min_T=10).set_index("variant").loc["attention"]
     assert math.isnan(row.extrapolated_T) and math.isnan(row.measured_T)
 
 
 def test_measure_wall_times_runs_the_kernels():
-    t = depth.measure_wall_times((4, 8), 8, repeats=1, threads=1)
-    assert set(t.model) == set(depth.TIMED)
+    t = walltime.measure_wall_times((4, 8), 8, repeats=1, threads=1)
+    assert set(t.model) == set(models.variants())
     assert (t.seconds > 0).all()
     assert t.set_index(["model", "T"]).loc[("attention", 8), "macs"] == 2 * 8 * 8 * 8
 
@@ -339,7 +341,7 @@ def test_trace_model_refuses_what_does_not_fit(monkeypatch):
         depth.trace_model("attention", 100_000, 4)
 
 
-@pytest.mark.parametrize("model", depth.MODELS)
+@pytest.mark.parametrize("model", models.NAMES)
 @pytest.mark.parametrize("T,d", [(400, 50), (1000, 20), (20, 300)])
 def test_trace_memory_estimate_is_an_upper_bound(model, T, d):
     import tracemalloc
@@ -359,7 +361,7 @@ def test_each_model_and_T_is_traced_once(monkeypatch, capsys):
     monkeypatch.setattr(depth, "trace_model", lambda m, T, d, **k: calls.append((m, T)) or real(m, T, d, **k))
     assert cli.main(["depth", "--T", "8", "16", "--d", "4", "--schedule-T", "16", "--P", "1", "4",
                      "--no-measure"]) == 0
-    assert sorted(calls) == sorted({(m, T) for m in depth.MODELS for T in (8, 16)})
+    assert sorted(calls) == sorted({(m, T) for m in models.NAMES for T in (8, 16)})
 
 
 def test_cli_scaling_T_defaults_to_the_config(monkeypatch, capsys):
@@ -372,7 +374,7 @@ def test_cli_scaling_T_defaults_to_the_config(monkeypatch, capsys):
     monkeypatch.setattr(depth, "strong_scaling", fake_scaling)
     assert cli.main(["depth", "--T", "8", "--d", "4", "--schedule-T", "8", "--P", "1",
                      "--measure-T", "4", "8", "--repeats", "1"]) == 0
-    assert seen["T"] == depth.CONFIG.scaling_T
+    assert seen["T"] == config.WALL.scaling_T
 
 
 def test_cli_unwritable_out(tmp_path, capsys):

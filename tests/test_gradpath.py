@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import attention, cli, gradpath, reference, rnn
+from harness import _fit, attention, cli, clipping, gradpath, lessons, reference, rnn
+from harness.models import attention as matt
+from harness.models import rnn as mrnn
 
 
 # --------------------------------------------------------------------------- naive twins
@@ -70,7 +72,7 @@ def lesson_routes(S, H, Wsa, Wha, va, G):
 
 
 def small_rnn(T=7, d=4, rho=1.1, kind="gaussian", scale=1.0, seed=3):
-    W_hh = gradpath.recurrent_matrix(d, rho, kind, seed)
+    W_hh = mrnn.recurrent_matrix(d, rho, kind, seed)
     rng = np.random.default_rng(seed + 100)
     W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
     X = rng.normal(size=(T, d)) * scale
@@ -83,7 +85,7 @@ def small_rnn(T=7, d=4, rho=1.1, kind="gaussian", scale=1.0, seed=3):
 @pytest.mark.parametrize("kind", ["orthogonal", "gaussian"])
 @pytest.mark.parametrize("rho", [0.5, 0.9, 1.0, 1.5])
 def test_recurrent_matrix_has_the_requested_spectral_radius(kind, rho):
-    W = gradpath.recurrent_matrix(24, rho, kind, seed=5)
+    W = mrnn.recurrent_matrix(24, rho, kind, seed=5)
     assert abs(np.abs(np.linalg.eigvals(W)).max() - rho) < 1e-12
     sigma = np.linalg.norm(W, 2)
     if kind == "orthogonal":                       # normal: sigma_max = rho
@@ -94,18 +96,18 @@ def test_recurrent_matrix_has_the_requested_spectral_radius(kind, rho):
 
 def test_recurrent_matrix_rejects_bad_arguments():
     with pytest.raises(ValueError, match="rho"):
-        gradpath.recurrent_matrix(4, 0.0)
+        mrnn.recurrent_matrix(4, 0.0)
     with pytest.raises(ValueError, match="kind"):
-        gradpath.recurrent_matrix(4, 0.9, "unitary")
+        mrnn.recurrent_matrix(4, 0.9, "unitary")
     with pytest.raises(ValueError, match="d must"):
-        gradpath.recurrent_matrix(0, 0.9)
+        mrnn.recurrent_matrix(0, 0.9)
 
 
 # --------------------------------------------------------------------------- RNN decay
 
 @pytest.mark.parametrize("rho", [0.5, 0.9, 1.0, 1.1, 1.5])
 def test_linear_orthogonal_decays_exactly_as_rho_to_the_k(rho):
-    df = gradpath.rnn_decay(T=300, d=16, rho=rho, weight="orthogonal", activation="identity",
+    df = mrnn.rnn_decay(T=300, d=16, rho=rho, weight="orthogonal", activation="identity",
                             measure="both")
     k = df["distance"].to_numpy()
     np.testing.assert_array_equal(k, np.arange(1, 300))
@@ -115,20 +117,20 @@ def test_linear_orthogonal_decays_exactly_as_rho_to_the_k(rho):
 
 
 def test_T20000_rho09_is_finite_and_correct():
-    df = gradpath.rnn_decay(T=20000, d=8, rho=0.9, weight="orthogonal", activation="identity",
+    df = mrnn.rnn_decay(T=20000, d=8, rho=0.9, weight="orthogonal", activation="identity",
                             measure="probe")
     far = df["log10_norm"].iloc[-1]
     assert np.isfinite(df["log10_norm"]).all()
     assert abs(far - 19999 * math.log10(0.9)) < 1e-9       # about -915.1, i.e. 1e-915
     assert -916 < far < -915
     # and the exact product over the same 20000 steps, at a width it affords
-    ex = gradpath.rnn_decay(T=20000, d=4, rho=0.9, weight="orthogonal", activation="identity",
+    ex = mrnn.rnn_decay(T=20000, d=4, rho=0.9, weight="orthogonal", activation="identity",
                             measure="exact")
     assert abs(ex["log10_spectral"].iloc[-1] - 19999 * math.log10(0.9)) < 1e-9
 
 
 def test_explosion_is_reported_as_a_log_norm_not_inf():
-    df = gradpath.rnn_decay(T=20000, d=8, rho=1.5, weight="gaussian", activation="identity",
+    df = mrnn.rnn_decay(T=20000, d=8, rho=1.5, weight="gaussian", activation="identity",
                             measure="probe")
     assert np.isfinite(df["log10_norm"]).all()
     # a non-normal W_hh reaches rho^k up to a bounded transient factor
@@ -138,7 +140,7 @@ def test_explosion_is_reported_as_a_log_norm_not_inf():
 
 def test_saturated_tanh_stays_finite():
     # input_scale 100 drives tanh to exactly +-1 in float64; 1 - h^2 would be 0 there
-    df = gradpath.rnn_decay(T=400, d=8, rho=0.9, weight="gaussian", activation="tanh",
+    df = mrnn.rnn_decay(T=400, d=8, rho=0.9, weight="gaussian", activation="tanh",
                             input_scale=100.0)
     assert np.isfinite(df["log10_norm"]).all() and np.isfinite(df["log10_probe"]).all()
     assert df["log10_norm"].iloc[-1] < -1000              # saturation only adds to vanishing
@@ -148,7 +150,7 @@ def test_saturated_tanh_stays_finite():
                                                     ("identity", "gaussian", 1.0)])
 def test_both_measures_match_the_explicit_jacobian_product(activation, kind, scale):
     X, W_xh, W_hh, u = small_rnn(T=12, d=5, kind=kind, scale=scale)
-    r = gradpath.rnn_gradient_norms(X, W_xh, W_hh, activation, "both", probe=u)
+    r = mrnn.rnn_gradient_norms(X, W_xh, W_hh, activation, "both", probe=u)
     Ps = naive_jacobian_products(X, W_xh, W_hh, activation)
     spectral = np.log([np.linalg.norm(P, 2) for P in Ps])
     probe = np.log([np.linalg.norm(u @ P) for P in Ps])
@@ -160,11 +162,11 @@ def test_the_two_measures_agree_where_both_apply():
     # tanh, non-normal, moderate d: the probe loss back-propagated in O(T d^2) is the
     # product's u^T P_k, never above the spectral norm, and decays at the same rate
     X, W_xh, W_hh, u = small_rnn(T=400, d=24, rho=1.1, kind="gaussian", scale=1.5, seed=7)
-    r = gradpath.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "both", probe=u)
+    r = mrnn.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "both", probe=u)
     np.testing.assert_allclose(r["ln_probe"], r["ln_probe_from_product"], rtol=0, atol=1e-8)
     assert (r["ln_probe"] <= r["ln_spectral"] + 1e-9).all()
-    rate_p = gradpath._fit_rate(r["ln_probe"], 0.5)
-    rate_s = gradpath._fit_rate(r["ln_spectral"], 0.5)
+    rate_p = _fit.fit_rate(r["ln_probe"], 0.5)
+    rate_s = _fit.fit_rate(r["ln_spectral"], 0.5)
     assert rate_s < -0.05                                  # it does decay
     assert abs(rate_p - rate_s) < 0.01 * abs(rate_s)
 
@@ -173,7 +175,7 @@ def test_against_finite_difference_jacobian():
     T, d = 6, 3
     X, W_xh, W_hh, u = small_rnn(T=T, d=d, rho=1.2, kind="gaussian")
     H = reference.rnn_forward(X, W_xh, W_hh, activation="tanh")
-    r = gradpath.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "both", probe=u)
+    r = mrnn.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "both", probe=u)
     eps = 1e-6
     for k in range(1, T):
         s = T - 1 - k                                      # 0-based index of h_{T-k}
@@ -197,9 +199,9 @@ def test_probe_gradient_matches_the_rnn_kernel_bptt():
     dH[-1] = u
     g = rnn.backward(X, H, W_xh, W_hh, dH, h0=h0, activation="tanh")
     # dl/dh_0 = W_hh^T (phi'_1 * dl/dh_1); dl/dh_1 is our distance T-1
-    r = gradpath.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "probe", probe=u)
-    S, m = gradpath._scaled_derivatives(X, W_xh, W_hh, "tanh")
-    V, L = gradpath._probe_backward(np.ascontiguousarray(W_hh.T), u, S, m)
+    r = mrnn.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "probe", probe=u)
+    S, m = mrnn.scaled_derivatives(X, W_xh, W_hh, "tanh")
+    V, L = mrnn.probe_backward(W_hh, u, S, m)
     dh1 = math.exp(L[0]) * V[0]
     np.testing.assert_allclose(W_hh.T @ ((1 - H[0] ** 2) * dh1), g.dh0, rtol=1e-10, atol=1e-14)
     assert abs(r["ln_probe"][-1] - math.log(np.linalg.norm(dh1))) < 1e-12
@@ -207,7 +209,7 @@ def test_probe_gradient_matches_the_rnn_kernel_bptt():
 
 def test_summary_rates_against_theory_and_the_bound():
     cfg = gradpath.DecayConfig(rhos=(0.5, 0.9, 1.1), Ts=(200,), ds=(16,), input_scales=(1.0, 4.0),
-                               attention=False)
+                               models=("rnn",))
     frame, summary = gradpath.decay_sweep(cfg)
     assert len(summary) == 3 * 2 * 2 * 2
     assert len(frame) == len(summary) * 199
@@ -244,13 +246,13 @@ def test_frame_has_the_tidy_columns():
 def test_rnn_gradient_norms_rejects_bad_input():
     X, W_xh, W_hh, u = small_rnn(T=5, d=3)
     with pytest.raises(ValueError, match="T >= 2"):
-        gradpath.rnn_gradient_norms(X[:1], W_xh, W_hh)
+        mrnn.rnn_gradient_norms(X[:1], W_xh, W_hh)
     with pytest.raises(ValueError, match="W_hh"):
-        gradpath.rnn_gradient_norms(X, W_xh, W_hh[:2])
+        mrnn.rnn_gradient_norms(X, W_xh, W_hh[:2])
     with pytest.raises(ValueError, match="activation"):
-        gradpath.rnn_gradient_norms(X, W_xh, W_hh, activation="relu")
+        mrnn.rnn_gradient_norms(X, W_xh, W_hh, activation="relu")
     with pytest.raises(ValueError, match="probe"):
-        gradpath.rnn_gradient_norms(X, W_xh, W_hh, probe=np.zeros(3))
+        mrnn.rnn_gradient_norms(X, W_xh, W_hh, probe=np.zeros(3))
     with pytest.raises(ValueError, match="rhos"):
         gradpath.decay_sweep(gradpath.DecayConfig(rhos=(-1.0,)))
 
@@ -262,7 +264,7 @@ def test_attention_routes_match_finite_differences_and_the_kernel_backward():
     T, d = 7, 4
     X = rng.normal(size=(T, d))
     Wq, Wk, Wv = (rng.normal(size=(d, d)) / 2 for _ in range(3))
-    Jv, Js = gradpath.attention_path_jacobians(X, Wq, Wk, Wv)
+    Jv, Js = matt.path_jacobians(X, Wq, Wk, Wv)
     eps = 1e-6
     for j in range(T - 1):
         J = np.empty((d, d))
@@ -285,13 +287,13 @@ def test_attention_routes_match_finite_differences_and_the_kernel_backward():
 
 def test_attention_norm_does_not_decay_with_distance():
     T = 400
-    att = gradpath.attention_paths(T=T, d=16, seed=1)
-    rnn_df = gradpath.rnn_decay(T=T, d=16, rho=0.9, weight="orthogonal", activation="tanh", seed=1)
+    att = matt.attention_paths(T=T, d=16, seed=1)
+    rnn_df = mrnn.rnn_decay(T=T, d=16, rho=0.9, weight="orthogonal", activation="tanh", seed=1)
     assert np.isfinite(att["log10_norm"]).all()
     near = att["log10_norm"].iloc[: T // 4].mean()
     far = att["log10_norm"].iloc[-T // 4:].mean()
     assert abs(far - near) < 0.5                            # flat on average, whatever k
-    assert abs(gradpath._fit_rate(att["log10_norm"].to_numpy() * math.log(10), 0.0)) < 1e-3
+    assert abs(_fit.fit_rate(att["log10_norm"].to_numpy() * math.log(10), 0.0)) < 1e-3
     assert rnn_df["log10_norm"].iloc[-1] < rnn_df["log10_norm"].iloc[0] - 30
     # x_1 itself, across T-1 positions, is as reachable as its neighbours
     assert att["log10_norm"].iloc[-1] > near - 2
@@ -300,7 +302,7 @@ def test_attention_norm_does_not_decay_with_distance():
 # --------------------------------------------------------------------------- additive
 
 def test_lesson_route_norms():
-    df = gradpath.lesson_additive_routes((0.5, 2.0)).set_index("va_scale")
+    df = lessons.lesson_additive_routes((0.5, 2.0)).set_index("va_scale")
     assert round(df.loc[0.5, "value_norm"], 4) == 2.8303
     assert round(df.loc[0.5, "score_norm"], 4) == 0.2556
     assert 10 < df.loc[0.5, "value_over_score"] < 12       # "about 11 times"
@@ -308,9 +310,9 @@ def test_lesson_route_norms():
 
 
 def test_additive_routes_match_the_lesson_formulas():
-    S, H, Wsa, Wha, va, G = gradpath.lesson_additive_inputs(0.5)
+    S, H, Wsa, Wha, va, G = lessons.lesson_additive_inputs(0.5)
     valor, puntuacion = lesson_routes(S, H, Wsa, Wha, va, G)
-    r = gradpath.additive_routes(S, H, Wsa, Wha, va, G)
+    r = lessons.additive_routes(S, H, Wsa, Wha, va, G)
     assert abs(r["value_norm"] - np.linalg.norm(valor)) < 1e-12
     assert abs(r["score_norm"] - np.linalg.norm(puntuacion)) < 1e-12
 
@@ -320,17 +322,17 @@ def test_additive_routes_match_the_lesson_formulas():
 def clipping_twin(T, d, rho, weight, activation):
     """The clipping experiment's RNN (same draws as gradpath), through the naive BPTT twin:
     (total dl/dW_xh, per-step terms)."""
-    W_hh = gradpath.recurrent_matrix(d, rho, weight, 0)
+    W_hh = mrnn.recurrent_matrix(d, rho, weight, 0)
     rng = np.random.default_rng([0, 1])
     W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
     X = rng.normal(size=(T, d))
-    u = np.random.default_rng(gradpath.PROBE_SEED).normal(size=d)
+    u = np.random.default_rng(mrnn.PROBE_SEED).normal(size=d)
     return naive_bptt_dWxh(X, W_xh, W_hh, u / np.linalg.norm(u), activation)
 
 
 def test_clipping_rescales_every_contribution_by_one_factor():
     T, d, thr = 30, 6, 2.0
-    df = gradpath.clipping_experiment(rhos=(0.5, 0.9, 1.5), threshold=thr, T=T, d=d,
+    df = clipping.clipping_experiment(rhos=(0.5, 0.9, 1.5), threshold=thr, T=T, d=d,
                                       activation="tanh", weight="gaussian").set_index("rho")
     np.testing.assert_allclose(df["log10_far_over_near_after"], df["log10_far_over_near_before"],
                                atol=1e-12)
@@ -367,7 +369,7 @@ def test_clipping_acts_on_the_total_not_on_each_contribution(rho):
     near, far = np.linalg.norm(terms[T - 2]), np.linalg.norm(terms[0])
     thr = math.sqrt(near * far)                             # strictly between the two
     assert min(near, far) < thr < max(near, far)
-    row = gradpath.clipping_experiment(rhos=(rho,), threshold=thr, T=T, d=d).iloc[0]
+    row = clipping.clipping_experiment(rhos=(rho,), threshold=thr, T=T, d=d).iloc[0]
     right = np.log10(naive_clip_contributions(terms, thr))
     wrong = np.log10(naive_clip_contributions(terms, thr, per_contribution=True))
     got = np.array([row.log10_far_after, row.log10_near_after])
@@ -380,39 +382,39 @@ def test_clipping_acts_on_the_total_not_on_each_contribution(rho):
 
 def test_clip_by_norm_clips_a_plain_array_and_a_huge_one():
     g = np.array([[3.0, 4.0]])
-    G, ln_unit = gradpath.clip_by_norm(g, 0.0, 1.0)
+    G, ln_unit = clipping.clip_by_norm(g, 0.0, 1.0)
     np.testing.assert_allclose(G * math.exp(ln_unit), g / 5.0, rtol=1e-15)
-    G, ln_unit = gradpath.clip_by_norm(g, 0.0, 10.0)        # under the threshold: unchanged
+    G, ln_unit = clipping.clip_by_norm(g, 0.0, 10.0)        # under the threshold: unchanged
     assert ln_unit == 0.0
-    G, ln_unit = gradpath.clip_by_norm(g, 1000.0, 2.0)      # ||g|| = 5 e^1000: no overflow
+    G, ln_unit = clipping.clip_by_norm(g, 1000.0, 2.0)      # ||g|| = 5 e^1000: no overflow
     assert abs(ln_unit + math.log(5.0) - math.log(2.0)) < 1e-12
 
 
 def test_clipping_experiment_rejects_bad_arguments():
     with pytest.raises(ValueError, match="rhos"):
-        gradpath.clipping_experiment(rhos=())
+        clipping.clipping_experiment(rhos=())
     with pytest.raises(ValueError, match="rhos"):
-        gradpath.clipping_experiment(rhos=(0.9, -1.0))
+        clipping.clipping_experiment(rhos=(0.9, -1.0))
     with pytest.raises(ValueError, match="input_scale"):
-        gradpath.clipping_experiment(rhos=(0.9,), input_scale=float("nan"))
+        clipping.clipping_experiment(rhos=(0.9,), input_scale=float("nan"))
     with pytest.raises(ValueError, match="threshold"):
-        gradpath.clipping_experiment(rhos=(0.9,), threshold=0.0)
+        clipping.clipping_experiment(rhos=(0.9,), threshold=0.0)
     with pytest.raises(ValueError, match="seed"):
-        gradpath.clipping_experiment(rhos=(0.9,), seed=-1)
+        clipping.clipping_experiment(rhos=(0.9,), seed=-1)
     with pytest.raises(ValueError, match="activation"):
-        gradpath.clipping_experiment(rhos=(0.9,), activation="relu")
+        clipping.clipping_experiment(rhos=(0.9,), activation="relu")
 
 
 def test_clipping_a_zero_gradient_is_quiet(recwarn):
-    row = gradpath.clipping_experiment(rhos=(0.9,), input_scale=0.0).iloc[0]
+    row = clipping.clipping_experiment(rhos=(0.9,), input_scale=0.0).iloc[0]
     assert row.log10_total_before == -math.inf and row.log10_clip_factor == 0.0
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
 
 def test_public_functions_check_input_scale_and_seed():
     with pytest.raises(TypeError, match="input_scale"):
-        gradpath.rnn_decay(T=5, d=2, input_scale="1")
-    for f in (gradpath.rnn_decay, gradpath.attention_paths):
+        mrnn.rnn_decay(T=5, d=2, input_scale="1")
+    for f in (mrnn.rnn_decay, matt.attention_paths):
         with pytest.raises(ValueError, match="input_scale"):
             f(T=5, d=2, input_scale=-1.0)
         with pytest.raises(ValueError, match="input_scale"):
@@ -420,25 +422,28 @@ def test_public_functions_check_input_scale_and_seed():
         with pytest.raises(ValueError, match="seed"):
             f(T=5, d=2, seed=-1)
     with pytest.raises(TypeError, match="input_scale"):
-        gradpath.attention_paths(T=5, d=2, input_scale="1")
+        matt.attention_paths(T=5, d=2, input_scale="1")
     with pytest.raises(ValueError, match="seed"):
-        gradpath.recurrent_matrix(3, 0.9, seed=-1)
+        mrnn.recurrent_matrix(3, 0.9, seed=-1)
     with pytest.raises(ValueError, match="seed"):
         gradpath.validate_config(gradpath.DecayConfig(seed=-2))
 
 
 def test_stage_memory_is_checked_before_any_work(monkeypatch):
     stages = gradpath.stage_memory_bytes(100_000, 4)
-    assert stages["attention grid"] >= 100_000 ** 2 * 8
-    assert stages["attention path Jacobians"] >= 99_999 * 16 * 8 * 2
-    assert "exact Jacobian products" in stages
-    assert "exact Jacobian products" not in gradpath.stage_memory_bytes(10, 4, measure="probe")
-    assert "attention grid" not in gradpath.stage_memory_bytes(10, 4, attention=False)
-    cfg = gradpath.DecayConfig(Ts=(100_000,), ds=(4,))
-    with pytest.raises(MemoryError, match="attention grid"):
+    # the attention path reads one row of alpha: no T x T stage, only its (T-1) Jacobians
+    assert not any("grid" in s for s in stages)
+    assert stages["attention path Jacobians"] == 3 * 99_999 * 4 * 4 * 8
+    assert stages["exact Jacobian products"] == 2 * 99_999 * 4 * 4 * 8
+    probe = gradpath.DecayConfig(measure="probe")
+    assert "exact Jacobian products" not in gradpath.stage_memory_bytes(10, 4, probe)
+    rnn_only = gradpath.DecayConfig(models=("rnn",))
+    assert "attention path Jacobians" not in gradpath.stage_memory_bytes(10, 4, rnn_only)
+    cfg = gradpath.DecayConfig(Ts=(100_000,), ds=(64,), measure="probe")
+    with pytest.raises(MemoryError, match="attention path Jacobians"):
         gradpath.check_config_memory(cfg, available=2**30)
-    gradpath.check_config_memory(gradpath.DecayConfig(Ts=(100_000,), ds=(4,), attention=False),
-                                 available=2**30)
+    gradpath.check_config_memory(gradpath.DecayConfig(Ts=(100_000,), ds=(64,), measure="probe",
+                                                      models=("rnn",)), available=2**30)
     # decay_sweep refuses before it runs a single configuration
     calls = []
     monkeypatch.setattr(gradpath, "available_memory_bytes", lambda: 2**30)
@@ -448,7 +453,7 @@ def test_stage_memory_is_checked_before_any_work(monkeypatch):
 
 
 def test_clipping_stops_explosion_but_does_not_rescue_vanishing():
-    df = gradpath.clipping_experiment(rhos=(0.5, 1.5), threshold=1.0, T=50, d=8).set_index("rho")
+    df = clipping.clipping_experiment(rhos=(0.5, 1.5), threshold=1.0, T=50, d=8).set_index("rho")
     assert df.loc[1.5, "log10_total_before"] > 5 and abs(df.loc[1.5, "log10_total_after"]) < 1e-12
     assert df.loc[0.5, "log10_far_over_near_after"] < -10
 

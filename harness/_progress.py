@@ -1,0 +1,94 @@
+"""Progress of a long command on standard error.
+
+On a terminal: a tqdm bar with the step, the count and an estimate of what is
+left. Anywhere else (CI logs, pipes): plain lines, at most one every few
+seconds, so that logs stay readable. ``quiet``: nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import sys
+import time
+
+PLAIN_EVERY_S = 2.0       # at most one plain line per this many seconds (and always the last)
+
+
+class Progress:
+    def __init__(self, command, quiet=False, stream=None):
+        self.command = command
+        self.quiet = quiet
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.t0 = time.perf_counter()
+
+    def line(self, msg):
+        """One plain line, whatever the stream is (silent when quiet)."""
+        if not self.quiet:
+            print(f"{self.command}: [{time.perf_counter() - self.t0:6.1f} s] {msg}",
+                  file=self.stream, flush=True)
+
+    @contextlib.contextmanager
+    def steps(self, total, desc):
+        """``with progress.steps(n, "decay") as step: ... step(label)`` before each of n steps."""
+        if self.quiet:
+            yield lambda label: None
+            return
+        if self.tty:
+            from tqdm import tqdm
+            bar = tqdm(total=total, desc=f"{self.command}: {desc}", file=self.stream,
+                       dynamic_ncols=True, leave=True,
+                       bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed}<{remaining} {postfix}")
+            started = [False]
+
+            def step(label):
+                if started[0]:
+                    bar.update(1)
+                started[0] = True
+                bar.set_postfix_str(str(label), refresh=True)
+            try:
+                yield step
+                if started[0]:
+                    bar.update(1)
+            finally:
+                bar.close()
+            return
+        state = {"i": 0, "last": -1e9}
+
+        def step(label):
+            state["i"] += 1
+            now = time.perf_counter()
+            if now - state["last"] >= PLAIN_EVERY_S or state["i"] == total:
+                state["last"] = now
+                self.line(f"{desc} [{state['i']}/{total}] {label}")
+        yield step
+
+
+def _cache_is_cold():
+    """True when Numba's on-disk cache holds none of the kernels yet (a fresh clone)."""
+    import harness
+    where = os.environ.get("NUMBA_CACHE_DIR")
+    pattern = ("**/rnn*.nbi" if where else os.path.join(os.path.dirname(harness.__file__),
+                                                       "__pycache__", "rnn*.nbi"))
+    return not glob.glob(os.path.join(where, pattern) if where else pattern, recursive=True)
+
+
+def warm_up_kernels(progress):
+    """Compile (or load from Numba's cache) every family's kernels on tiny inputs, and say so
+    when that compiles: the first run of a fresh clone takes most of its time here."""
+    cold = _cache_is_cold()
+    if cold:
+        progress.line("compiling the Numba kernels (first run only; later runs load them "
+                      "from Numba's cache)")
+    t0 = time.perf_counter()
+    from harness import models
+    for fam in models.families():
+        for dtype in ("float32", "float64"):
+            for batch in (1, 2):
+                X, W = fam.inputs(3, 2, batch, dtype)
+                out = fam.forward(X, *W)
+                fam.backward(X, W, out, fam.primary(out))
+    if cold:
+        progress.line(f"compiled the kernels in {time.perf_counter() - t0:.1f} s")

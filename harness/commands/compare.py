@@ -1,0 +1,68 @@
+"""``harness compare``: the kernels against plain NumPy and PyTorch, as ratios."""
+
+from __future__ import annotations
+
+from harness import config as C
+from harness._io import UsageError
+
+HELP = "time the kernels against plain NumPy and PyTorch, as ratios"
+DESCRIPTION = """\
+Time the harness kernels against plain NumPy and PyTorch (when installed), in one
+process, interleaved, with the same thread settings, and write the ratio
+peer time / harness time for each case, forward and backward, with the targets
+of the benchmark issue.
+
+example:
+  harness compare --threads 1 --out reports/compare
+  harness compare --quick            # tiny sizes, seconds: a smoke test
+"""
+
+
+def add_arguments(p):
+    p.add_argument("--out", default="reports/compare", help="directory for compare.csv and "
+                   "compare_summary.csv (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=C.COMPARE.threads,
+                   help="BLAS, Numba and torch threads, set together (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=C.COMPARE.repeats,
+                   help="samples per implementation, interleaved rounds (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the machinery only")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def run(args):
+    import dataclasses
+    import os
+
+    ncpu = os.cpu_count() or 1
+    if not 1 <= args.threads <= ncpu:
+        raise UsageError(f"--threads: must be between 1 and {ncpu} (this machine's cores), "
+                         f"got {args.threads}")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
+    from harness._io import output_dir
+    base = C.QUICK_COMPARE if args.quick else C.COMPARE
+    config = dataclasses.replace(base, threads=args.threads, repeats=args.repeats)
+    with output_dir(args.out) as out:
+        return _run(args, config, out)
+
+
+def _run(args, config, out):
+    import sys
+
+    from harness import compare
+    from harness._io import atomic_write_csv
+    from harness._progress import Progress, warm_up_kernels
+
+    progress = Progress("harness compare", args.quiet)
+    if compare._torch() is None:
+        print("PyTorch is not installed: comparing against NumPy only "
+              "(pip install torch==2.13.0 to add it).", file=sys.stderr)
+    warm_up_kernels(progress)
+    todo = compare.cases(config)
+    with progress.steps(len(todo), "cases") as step:
+        timings, summary = compare.run_comparison(config, progress=step)
+    atomic_write_csv(timings, out / "compare.csv")
+    atomic_write_csv(summary, out / "compare_summary.csv")
+    print(compare.format_summary(summary))
+    print(f"\nwrote {out / 'compare.csv'} and {out / 'compare_summary.csv'}")
+    return 0

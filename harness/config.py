@@ -1,0 +1,136 @@
+"""Every default of the harness, in one place: one frozen config per analyser, composed.
+
+This module imports nothing heavy, so the command line can show the defaults in
+its help without loading NumPy, pandas or Numba. The report's config holds the
+analysers' configs instead of copying their values; ``QUICK`` variants shrink
+what takes time and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from harness.models import ATTENTION, NAMES, RECURRENCE
+
+# the lessons' two families, by name, for the tables that set them side by side
+RECURRENCE_NAME, ATTENTION_NAME = RECURRENCE, ATTENTION
+
+# the RNN gradient path's choices
+ACTIVATIONS = ("identity", "tanh")
+WEIGHTS = ("orthogonal", "gaussian")
+MEASURES = ("both", "probe", "exact")
+GRAINS = ("scalar", "element")
+
+
+@dataclass(frozen=True)
+class DecayConfig:
+    """The gradient-path sweep (``harness decay``)."""
+    rhos: tuple = (0.5, 0.9, 1.0, 1.1, 1.5)    # spectral radii of W_hh: vanish, edge, explode
+    activations: tuple = ACTIVATIONS           # identity: decay exactly rho^k on orthogonal W_hh
+    weights: tuple = WEIGHTS                   # normal versus non-normal (transient growth)
+    input_scales: tuple = (1.0, 4.0)           # std of x_t; 4.0 drives tanh into saturation
+    Ts: tuple = (256,)                         # sequence lengths; distances run 1..T-1
+    ds: tuple = (32,)                          # d_h = d_in = d_model
+    seed: int = 0                              # one seed per configuration grid, fixed
+    measure: str = "both"                      # "probe" (O(T d^2)), "exact" (O(T d^3)) or both
+    exact_max_d: int = 128                     # above this the exact product is skipped
+    fit_from: float = 0.5                      # fit the rate on k >= fit_from*(T-1): past transients
+    models: tuple = NAMES                      # the families in the sweep, registration order
+
+
+@dataclass(frozen=True)
+class ClippingConfig:
+    """Clipping the total gradient of one RNN, for each of the decay sweep's radii."""
+    rhos: tuple = DecayConfig.rhos             # vanishing, edge, exploding
+    threshold: float = 10.0                    # ||g|| above this is rescaled to it
+    T: int = 50                                # distances 1..T-1
+    d: int = 16                                # d_h = d_in
+    weight: str = "orthogonal"                 # normal W_hh: contributions decay exactly as rho^k
+    activation: str = "identity"
+    input_scale: float = 1.0
+    seed: int = DecayConfig.seed
+
+
+@dataclass(frozen=True)
+class DepthConfig:
+    """The traced counts, span and path (``harness depth``)."""
+    d: int = 512                                        # the paper's d_model
+    T_values: tuple = (50, 100, 200, 500, 512, 800, 1000, 2000)  # lesson's 50/1000/2000, T = d, 800 tokens
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """The greedy schedule of the traced graphs on P processors."""
+    T_values: tuple = (800,)           # the lesson's 800-token text
+    grains: tuple = GRAINS             # both task models, side by side
+    processors: tuple = ()             # () = schedule.default_processors(d)
+    plateau_tol: float = 0.01          # "stops falling": within 1 % of the time at the largest P
+
+
+@dataclass(frozen=True)
+class WallConfig:
+    """Wall time of the compiled forwards over T."""
+    T_values: tuple = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # brackets T = d and the measured crossover
+    d: int = DepthConfig.d             # the lessons' d_model: the two crossovers share one axis
+    threads: int = 1                   # BLAS and Numba threads: one is stable on a shared machine
+    rounds: int = 3                    # interleaved rounds per T; the median is kept
+    min_sample_s: float = 0.02         # each sample calls a kernel until this much ran
+    seed: int = 0                      # inputs from default_rng(seed)
+    scaling_T: int = 1024              # strong scaling at one T past the crossover
+    fit_min_T: int = 128               # exponents fitted where overheads stop dominating
+    extrapolate_max: float = 100.0     # an extrapolated crossover past this x max(T) is NaN
+    baseline: str = RECURRENCE         # the variant every other one is measured against
+
+
+@dataclass(frozen=True)
+class LessonConfig:
+    """The attention lessons' experiments."""
+    d_model: int = 16                     # token width of the attention-map experiment
+    token_lengths: tuple = (1.0, 3.0)     # the lesson's length 1 and "three times longer"
+    d_k_values: tuple = (8, 16, 32, 64, 128, 256, 512)
+    seed: int = 0
+    va_scales: tuple = (0.5, 2.0)         # scales of va for the additive routes: the lesson's 0.5, and 4x
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The kernels against their peers (``harness compare``)."""
+    # (family, batch, T, d), for each dtype, in this order (the benchmark issue's targets)
+    cases: tuple = (("rnn", 1, 1000, 64), ("rnn", 1, 1000, 256), ("rnn", 1, 1000, 512),
+                    ("rnn", 32, 1000, 64), ("rnn", 32, 1000, 256),
+                    ("attention", 1, 128, 64), ("attention", 1, 128, 256),
+                    ("attention", 1, 512, 64), ("attention", 1, 512, 256),
+                    ("attention", 1, 2048, 64), ("attention", 1, 2048, 256))
+    dtypes: tuple = ("float32", "float64")
+    repeats: int = 7                       # samples per implementation; the median is kept
+    min_sample_s: float = 0.02             # each sample runs enough calls to last this long
+    threads: int = 1                       # BLAS, Numba and torch threads, set together
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """The report: the analysers' configs, at the report's sizes."""
+    decay: DecayConfig = DecayConfig(Ts=(1001,))   # distances 1..1000: "the signal from 1000 steps back"
+    clipping: ClippingConfig = ClippingConfig()
+    depth: DepthConfig = DepthConfig(T_values=(50, 100, 200, 500, 1000, 2000))
+    schedule: ScheduleConfig = ScheduleConfig(
+        processors=(1, 10, 64, 100, 128, 256, 800, 10**3, 10**4, 10**5, 10**6))
+    schedule_d: int = 64                           # graph small enough to schedule at every P
+    wall: WallConfig = WallConfig()
+    lessons: LessonConfig = LessonConfig(va_scales=(0.25, 0.5, 1.0, 2.0, 4.0))
+    asv_results: str = ".asv/results"
+
+
+DECAY = DecayConfig()
+CLIPPING = ClippingConfig()
+DEPTH = DepthConfig()
+SCHEDULE = ScheduleConfig()
+WALL = WallConfig()
+LESSONS = LessonConfig()
+COMPARE = CompareConfig()
+REPORT = ReportConfig()
+
+QUICK_COMPARE = CompareConfig(cases=(("rnn", 1, 16, 8), ("rnn", 3, 16, 8), ("attention", 1, 16, 8)),
+                              repeats=3, min_sample_s=0.001)
+QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1]))

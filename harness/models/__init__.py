@@ -1,0 +1,82 @@
+"""The model families, registered in one place.
+
+A family is one module in this package that builds a ``Family``: its compiled
+forward and backward (from its kernel module), its plain NumPy forward (the one
+``harness.depth`` traces), its closed-form multiplication counts, its input
+factory, the variants that are timed, its gradient path, its memory estimates
+and its peers for ``harness compare``. The analysers, ``harness compare``, the
+asv suite and the report loop over ``FAMILIES``; none of them branches on a
+family's name.
+
+Adding a family: write ``harness/models/<name>.py`` ending in
+``FAMILY = Family(...)``, and add its name to ``NAMES`` below. This package
+imports nothing heavy: a family's module (and Numba with it) is loaded the
+first time the family is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+# The registration: one name per family (its module is harness/models/<name>.py),
+# in the order the tables list them.
+NAMES = (
+    "rnn",
+    "attention",
+)
+
+# The lessons' two models, whose claims the report's captions state.
+RECURRENCE = "rnn"
+ATTENTION = "attention"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One timed call of a family, under the name the wall-time tables use."""
+    name: str
+    inputs: Callable        # (T, d, rng, dtype) -> args of ``call``
+    call: Callable          # (*args) -> output
+    macs: Callable          # (T, d) -> multiplications the call does
+    bytes: Callable         # (T, d) -> peak bytes of the call and its inputs
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    title: str                      # how captions and tables name it
+    forward: Callable               # compiled: forward(X, *weights) -> output
+    backward: Callable              # compiled: backward_from(X, weights, output, d_output) -> grads
+    primary: Callable               # output -> the (..., T, width) array a loss reads
+    reference_forward: Callable     # plain NumPy forward(X, *weights) -> tuple of outputs (traced)
+    trace_weights: Callable         # d -> ((name, shape, axes, part), ...) in forward's order
+    macs: Callable                  # (T, d) -> {part: multiplications}, the lessons' formulas
+    lesson_parts: tuple             # the parts the lessons' comparison counts
+    inputs: Callable                # (T, d, batch, dtype, seed) -> (X, weights)
+    trace_memory_bytes: Callable    # (T, d) -> peak bytes of tracing the reference forward
+    timed: tuple                    # Variants whose wall time ``harness depth`` measures
+    decay_jobs: Callable            # (DecayConfig, T, d) -> [job dict], one per configuration
+    gradient_path: Callable         # (job dict, DecayConfig) -> tidy frame, one row per distance
+    path_summary: Callable          # (rows of one configuration, fit_from) -> {summary column: value}
+    path_memory: Callable           # (T, d, DecayConfig) -> {stage: peak bytes}
+    peers: Callable                 # (X, weights, d_output, torch or None) -> {impl: (fwd, bwd, outputs)}
+    compare_target: Callable        # (batch, direction, T, d) -> (speed-up needed, GEMM floor or None, words)
+    extra: dict = field(default_factory=dict)
+
+
+def get(name, arg="model"):
+    """The registered family called ``name``; a ValueError naming ``arg`` otherwise."""
+    if not isinstance(name, str) or name not in NAMES:
+        raise ValueError(f"{arg} must be one of {list(NAMES)!r}, got {name!r}.")
+    return importlib.import_module(f"{__name__}.{name}").FAMILY
+
+
+def families():
+    """Every registered family, in registration order."""
+    return [get(name) for name in NAMES]
+
+
+def variants():
+    """Every timed variant of every family, in registration order: {name: (family, variant)}."""
+    return {v.name: (f, v) for f in families() for v in f.timed}

@@ -1,0 +1,262 @@
+"""The self-attention family: y_i = sum_j alpha_ij v_j, alpha_i = softmax(q_i K^T / sqrt(d_k)).
+
+Kernels in ``harness.attention``; the plain NumPy forward the tracer runs in
+``harness.reference``; here, what the analysers need: the lessons' counts (the
+T x T grid T^2 d_k, the mix T^2 d_v, the projections T d (2 d_k + d_v)), its
+inputs, its two timed variants, and its gradient path: dy_T/dx_{T-k} crosses
+one alpha factor whatever k is, split into the value route (x_j as a term of
+alpha.V) and the score route (x_j inside alpha, through k_j).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from harness import attention, reference, trace
+from harness._blas import matmul
+from harness._fit import fit_rate
+from harness._validate import as_float_array, check_int, check_memory, check_real, check_seed
+from harness.models import Family, Variant
+
+
+# ------------------------------------------------------------------ counts and inputs
+
+def macs(T, d, d_k=None, d_v=None):
+    """Multiplications per part: projections T d (2 d_k + d_v), grid T^2 d_k, mix T^2 d_v."""
+    d_k = d if d_k is None else d_k
+    d_v = d if d_v is None else d_v
+    return {"projections": T * d * (2 * d_k + d_v), "grid": T * T * d_k, "mix": T * T * d_v}
+
+
+def trace_weights(d, d_k=None, d_v=None):
+    d_k = d if d_k is None else d_k
+    d_v = d if d_v is None else d_v
+    return (("Wq", (d, d_k), ("d_model", "d_k"), "projections"),
+            ("Wk", (d, d_k), ("d_model", "d_k"), "projections"),
+            ("Wv", (d, d_v), ("d_model", "d_v"), "projections"))
+
+
+def traced_forward(X, Wq, Wk, Wv):
+    return tuple(reference.attention_forward(X, Wq, Wk, Wv))          # (T, d_v), (T, T)
+
+
+def trace_memory_bytes(T, d, d_k=None, d_v=None):
+    """Peak bytes of tracing the forward: a few (T, width) values, the weights, a few T x T grids."""
+    d_k = d if d_k is None else d_k
+    d_v = d if d_v is None else d_v
+    e = trace.BYTES_PER_ELEMENT
+    return e * (4 * T * max(d, d_k, d_v) + 2 * d * (2 * d_k + d_v)) + 5 * e * T * T
+
+
+def inputs(T, d, batch=1, dtype="float64", seed=0):
+    """X (T, d) or (B, T, d) ~ N(0, 1); Wq, Wk, Wv ~ N(0, 1/d), which keeps the softmax tame."""
+    rng = np.random.default_rng(seed)
+    shape = (T, d) if batch == 1 else (batch, T, d)
+    X = rng.standard_normal(shape).astype(dtype)                       # (B, T, d)
+    s = 1.0 / math.sqrt(d)
+    W = tuple((rng.standard_normal((d, d)) * s).astype(dtype) for _ in range(3))  # Wq, Wk, Wv
+    return X, W
+
+
+def backward_from(X, W, out, dY):
+    return attention.backward(X, *W, out[1], dY)
+
+
+def _grid_inputs(T, d, rng, dtype=np.float64):
+    """Q = K = V = X / sqrt(d): the grid and the mix alone, the lessons' comparison."""
+    X = rng.standard_normal((T, d)).astype(dtype)
+    return (X * (1 / math.sqrt(d)),)
+
+
+def _projected_inputs(T, d, rng, dtype=np.float64):
+    X = rng.standard_normal((T, d)).astype(dtype)
+    s = 1 / math.sqrt(d)
+    return (X,) + tuple((rng.standard_normal((d, d)) * s).astype(dtype) for _ in range(3))
+
+
+def _timed_bytes(T, d):
+    """The largest timed call, with projections: its T x T buffers and inputs."""
+    return 3 * T * T * 8 + 8 * T * d * 8 + 4 * d * d * 8
+
+
+TIMED = (
+    Variant("attention", _grid_inputs, attention.forward,
+            lambda T, d: macs(T, d)["grid"] + macs(T, d)["mix"], _timed_bytes),
+    Variant("attention+proj", _projected_inputs, attention.forward,
+            lambda T, d: sum(macs(T, d).values()), _timed_bytes),
+)
+
+
+# ------------------------------------------------------------------ gradient path
+
+def path_jacobians(X, Wq, Wk, Wv):
+    """dy_T/dx_j for j = 1..T-1 split into routes: (J_value, J_score), each (T-1, d_v, d_model).
+
+    y_T = sum_j alpha_Tj v_j, v_j = x_j Wv, alpha_T = softmax(q_T K^T / sqrt(d_k)).
+    Value route (x_j as a term of alpha.V):   alpha_Tj Wv^T.
+    Score route (x_j inside alpha, via k_j):  alpha_Tj (v_j - y_T) (Wk q_T)^T / sqrt(d_k).
+    Position T itself (distance 0) also has the query route and is left out. Only
+    the last row of alpha is computed: O(T d) for the weights, never the T x T grid.
+    """
+    X = as_float_array("X", X, 2)
+    dt = X.dtype
+    Wq, Wk, Wv = (as_float_array(n, w, 2, dtype=dt) for n, w in (("Wq", Wq), ("Wk", Wk), ("Wv", Wv)))
+    T, d_model = X.shape
+    if T < 2:
+        raise ValueError(f"X must have T >= 2 rows, got T={T}.")
+    for n, w in (("Wq", Wq), ("Wk", Wk), ("Wv", Wv)):
+        if w.shape[0] != d_model:
+            raise ValueError(f"{n} must have d_model={d_model} rows, got shape {w.shape}.")
+    if Wq.shape != Wk.shape:
+        raise ValueError(f"Wq and Wk must have the same shape (d_model, d_k), got {Wq.shape} and {Wk.shape}.")
+    check_memory(_jacobian_bytes(T, d_model, Wv.shape[1]),
+                 f"the attention paths (T={T}, d_model={d_model})")
+    X, Wq, Wk, Wv = (a.astype(np.float64) for a in (X, Wq, Wk, Wv))
+    d_k = Wq.shape[1]
+    q = X[T - 1] @ Wq                                      # (d_k,): the last query
+    e = (X @ Wk) @ q / math.sqrt(d_k)                      # (T,): the last row of the scores
+    alpha = np.exp(e - e.max())
+    alpha /= alpha.sum()                                   # (T,): the last row of A
+    V = X @ Wv                                             # (T, d_v)
+    y = alpha @ V                                          # (d_v,)
+    g = (Wk @ q) / math.sqrt(d_k)                          # (d_model,): de_Tj/dx_j
+    a = alpha[:T - 1]                                      # (T-1,)
+    J_value = a[:, None, None] * Wv.T[None]                # (T-1, d_v, d_model)
+    J_score = (a[:, None] * (V[:T - 1] - y))[:, :, None] * g[None, None, :]
+    return J_value, J_score
+
+
+def _jacobian_bytes(T, d, d_v=None):
+    """The (T-1) path Jacobians: value, score and their sum."""
+    d_v = d if d_v is None else d_v
+    return 3 * (T - 1) * d_v * d * 8
+
+
+def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=None, Wv=None):
+    """||dy_T/dx_{T-k}|| for k = 1..T-1 in single-head self-attention, tidy, one row per k.
+
+    With no weights given: X ~ N(0, input_scale^2) (T, d), Wq, Wk, Wv ~ N(0, 1/d) (d, d).
+    Columns as ``rnn_decay`` (model="attention", rho=NaN, activation="softmax",
+    weight="gaussian"), with log10_norm the spectral norm of the whole Jacobian and
+    log10_value / log10_score its two routes. Every k crosses one alpha factor.
+    """
+    check_real("input_scale", input_scale)
+    check_seed("seed", seed)
+    if X is None:
+        check_int("T", T, 2)
+        check_int("d", d)
+        rng = np.random.default_rng([seed, 2])
+        X = rng.normal(size=(T, d)) * input_scale
+        Wq, Wk, Wv = (rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(3))
+    elif any(w is None for w in (Wq, Wk, Wv)):
+        raise ValueError("Wq, Wk and Wv must be given together with X.")
+    Jv, Js = path_jacobians(X, Wq, Wk, Wv)
+    T, d = np.shape(X)
+    with np.errstate(divide="ignore"):
+        def lg(J):
+            return np.log10(np.linalg.svd(J, compute_uv=False)[:, 0])
+        total, value, score = lg(Jv + Js), lg(Jv), lg(Js)
+    k = np.arange(1, T)
+    idx = T - 1 - k                                        # x_{T-k}, 0-based
+    return pd.DataFrame({
+        "model": FAMILY.name, "weight": "gaussian", "activation": "softmax", "rho": np.nan,
+        "input_scale": float(input_scale), "T": T, "d": d, "seed": seed, "sigma_max": np.nan,
+        "distance": k, "log10_norm": total[idx], "log10_probe": np.nan, "log10_spectral": total[idx],
+        "log10_linear": 0.0, "log10_bound": np.nan,
+        "log10_value": value[idx], "log10_score": score[idx],
+    })
+
+
+def decay_jobs(config, T, d):
+    return [dict(model=FAMILY.name, T=T, d=d, input_scale=s) for s in config.input_scales]
+
+
+def gradient_path(job, config):
+    return attention_paths(T=job["T"], d=job["d"], input_scale=job["input_scale"], seed=config.seed)
+
+
+def path_summary(g, fit_from):
+    """One alpha factor at every k, so no transient to skip: the rate is fitted on every k,
+    against the theory rate 0; there is no spectral radius and no bound."""
+    return {"fitted_rate": fit_rate(g["log10_norm"].to_numpy() * math.log(10.0), 0.0),
+            "fitted_rate_probe": np.nan, "theory_rate": 0.0, "bound_rate": np.nan,
+            "bound_respected": np.nan, "log10_transient": np.nan}
+
+
+def path_memory(T, d, config):
+    return {"attention path Jacobians": _jacobian_bytes(T, d)}
+
+
+# ------------------------------------------------------------------ peers
+
+def peers(X, W, dY, torch=None):
+    """NumPy's matrix products and softmax; the GEMMs alone (the floor); PyTorch's SDPA + autograd."""
+    Wq, Wk, Wv = W
+    Y, A = attention.forward(X, Wq, Wk, Wv)
+    T, d = X.shape
+    impls = {
+        "numpy": (lambda: reference.attention_forward(X, Wq, Wk, Wv),
+                  lambda: reference.attention_backward(X, Wq, Wk, Wv, A, dY),
+                  lambda: (reference.attention_forward(X, Wq, Wk, Wv)[0],
+                           reference.attention_backward(X, Wq, Wk, Wv, A, dY)[0])),
+    }
+    # the floor: the five matrix products of the forward, nothing else
+    Q, K, V, Yb = (np.empty((T, d), dtype=X.dtype) for _ in range(4))
+    S = np.empty((T, T), dtype=X.dtype)
+
+    def gemm_forward():      # on the BLAS the kernel uses (see harness._blas)
+        matmul(X, Wq, Q)
+        matmul(X, Wk, K)
+        matmul(X, Wv, V)
+        matmul(Q, K.T, S)
+        matmul(S, V, Yb)
+
+    impls["gemm"] = (gemm_forward, None, None)
+    if torch is None:
+        return impls
+    F = torch.nn.functional
+    Xt, Wqt, Wkt, Wvt = (torch.from_numpy(a) for a in (X, Wq, Wk, Wv))
+
+    def t_forward():
+        with torch.no_grad():
+            return F.scaled_dot_product_attention((Xt @ Wqt)[None], (Xt @ Wkt)[None],
+                                                  (Xt @ Wvt)[None])[0]
+
+    Xg = Xt.clone().requires_grad_(True)
+    out = F.scaled_dot_product_attention((Xg @ Wqt)[None], (Xg @ Wkt)[None], (Xg @ Wvt)[None])[0]
+    g = torch.from_numpy(dY)
+
+    def t_backward():
+        out.backward(g, retain_graph=True)
+
+    def t_outputs():
+        Xg.grad = None
+        out.backward(g, retain_graph=True)
+        return t_forward().numpy(), Xg.grad.numpy()
+
+    impls["torch"] = (t_forward, t_backward, t_outputs)
+    return impls
+
+
+GEMM_FLOOR_CASE = (2048, 256)     # attention (T, d) that must run within 1.3x of its GEMMs
+GEMM_FLOOR_RATIO = 1.3
+
+
+def compare_target(batch, direction, T, d):
+    if direction == "forward" and (T, d) == GEMM_FLOOR_CASE:
+        return 1.0, GEMM_FLOOR_RATIO, ("at least as fast as the fastest peer, and within "
+                                       f"{GEMM_FLOOR_RATIO}x of its matrix products alone")
+    return 1.0, None, "at least as fast as the fastest peer"
+
+
+FAMILY = Family(
+    name="attention", title="attention",
+    forward=attention.forward, backward=backward_from, primary=lambda out: out[0],
+    reference_forward=traced_forward, trace_weights=trace_weights, macs=macs,
+    lesson_parts=("grid", "mix"), inputs=inputs, trace_memory_bytes=trace_memory_bytes,
+    timed=TIMED, decay_jobs=decay_jobs, gradient_path=gradient_path, path_summary=path_summary,
+    path_memory=path_memory, peers=peers, compare_target=compare_target,
+)

@@ -1,0 +1,340 @@
+"""The RNN family: h_t = phi(W_hh h_{t-1} + W_xh x_t), T dependent steps.
+
+Kernels in ``harness.rnn``; the plain NumPy forward the tracer runs in
+``harness.reference``; here, everything the analysers need to know about it:
+the lessons' counts (T d_h d_in + T d_h^2 multiplications), its inputs, the
+variant that is timed, and its gradient path,
+
+    dh_T/dh_{T-k} = J_T J_{T-1} ... J_{T-k+1},   J_t = diag(phi'(a_t)) W_hh,
+
+measured on real forward trajectories two ways: the spectral norm of the
+accumulated Jacobian product (exact, O(T d^3)) and the norm of the
+back-propagated gradient of a probe loss u.h_T at every position (O(T d^2),
+scales to large T and d). Both accumulate in log space with renormalisation, so
+T = 20000 at rho = 0.9 (about 1e-915) is finite.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from harness import _jacobian, reference, rnn, trace
+from harness._fit import fit_rate
+from harness._validate import (as_float_array, check_choice, check_int, check_memory,
+                               check_positive, check_real, check_seed)
+from harness.config import ACTIVATIONS, DECAY, MEASURES, WEIGHTS
+from harness.models import Family, Variant
+
+LN10 = math.log(10.0)
+PROBE_SEED = 12345      # the fixed random probe u of the loss u.h_T, the same in every measure
+
+
+# ------------------------------------------------------------------ counts and inputs
+
+def macs(T, d, d_h=None):
+    """Multiplications per part: the input products T d_h d and the recurrence T d_h^2."""
+    d_h = d if d_h is None else d_h
+    return {"input": T * d_h * d, "recurrence": T * d_h * d_h}
+
+
+def trace_weights(d, d_h=None):
+    d_h = d if d_h is None else d_h
+    return (("W_xh", (d_h, d), ("d_h", "d_model"), "input"),
+            ("W_hh", (d_h, d_h), ("d_h", "d_h"), "recurrence"))
+
+
+def traced_forward(X, W_xh, W_hh):
+    return (reference.rnn_forward(X, W_xh, W_hh),)                   # (T, d_h)
+
+
+def trace_memory_bytes(T, d, d_h=None):
+    """Peak bytes of tracing the forward: a few (T, width) values, the weights, T steps' objects."""
+    d_h = d if d_h is None else d_h
+    e = trace.BYTES_PER_ELEMENT
+    return e * (2 * T * max(d, d_h) + 2 * d_h * d + 2 * d_h * d_h) + trace.BYTES_PER_STEP * T
+
+
+def inputs(T, d, batch=1, dtype="float64", seed=0):
+    """X (T, d) or (B, T, d) ~ N(0, 1); W_xh, W_hh ~ N(0, 1/d), which keeps tanh out of saturation."""
+    rng = np.random.default_rng(seed)
+    return _draw(rng, T, d, batch, dtype)
+
+
+def _draw(rng, T, d, batch=1, dtype="float64"):
+    shape = (T, d) if batch == 1 else (batch, T, d)
+    X = rng.standard_normal(shape).astype(dtype)                       # (B, T, d)
+    s = 1.0 / math.sqrt(d)
+    W = tuple((rng.standard_normal((d, d)) * s).astype(dtype) for _ in range(2))  # W_xh, W_hh
+    return X, W
+
+
+def backward_from(X, W, H, dH):
+    return rnn.backward(X, H, W[0], W[1], dH)
+
+
+def _timed_bytes(T, d):
+    return 4 * T * d * 8 + 2 * d * d * 8
+
+
+def _timed_inputs(T, d, rng, dtype=np.float64):
+    X, W = _draw(rng, T, d, 1, dtype)
+    return (X,) + W
+
+
+TIMED = (Variant("rnn", _timed_inputs, rnn.forward, lambda T, d: sum(macs(T, d).values()),
+                 _timed_bytes),)
+
+
+# ------------------------------------------------------------------ gradient path
+
+def recurrent_matrix(d, rho, kind="orthogonal", seed=0):
+    """W_hh (d, d) with spectral radius exactly ``rho``.
+
+    ``orthogonal``: rho Q with Q Haar-orthogonal. Normal, every singular value is
+    rho, so ||W_hh^k|| = rho^k exactly. ``gaussian``: N(0, 1/d) entries rescaled
+    by rho / (largest |eigenvalue|). Non-normal: sigma_max is about 2 rho, and
+    ||W_hh^k|| rises above rho^k before the radius takes over.
+    """
+    check_int("d", d)
+    check_positive("rho", rho)
+    check_choice("kind", kind, WEIGHTS)
+    check_seed("seed", seed)
+    rng = np.random.default_rng(seed)
+    G = rng.normal(size=(d, d))
+    if kind == "orthogonal":
+        Q, R = np.linalg.qr(G)
+        Q = Q * np.where(np.diag(R) < 0, -1.0, 1.0)      # sign fix: Haar, not QR-biased
+        return rho * Q
+    G /= math.sqrt(d)
+    return G * (rho / np.abs(np.linalg.eigvals(G)).max())
+
+
+def log_dphi(A, activation):
+    """log phi'(a), exactly even where tanh has rounded to +-1 (so no log(0))."""
+    if activation == "identity":
+        return np.zeros_like(A)
+    a = np.abs(A)
+    # 1 - tanh(a)^2 = 4 e^{-2a} / (1 + e^{-2a})^2
+    return math.log(4.0) - 2.0 * a - 2.0 * np.log1p(np.exp(-2.0 * a))
+
+
+def scaled_derivatives(X, W_xh, W_hh, activation):
+    """(S, m): phi'(a_t) = exp(m_t) S_t with max(S_t) = 1, on the real trajectory."""
+    T, d_h = X.shape[0], W_hh.shape[0]
+    if activation == "identity":
+        # the Jacobian is W_hh whatever the trajectory, and h_t itself may overflow for rho > 1
+        return np.ones((T, d_h)), np.zeros(T)
+    H = rnn.forward(X, W_xh, W_hh, activation=activation)  # (T, d_h): the real trajectory
+    H_prev = np.vstack([np.zeros((1, d_h)), H[:-1]])       # (T, d_h): h_0 = 0
+    A = H_prev @ W_hh.T + X @ W_xh.T                       # (T, d_h) pre-activations
+    lg = log_dphi(A, activation)
+    m = lg.max(axis=1)
+    return np.exp(lg - m[:, None]), m
+
+
+def probe_backward(W_hh, u, S, m):
+    """(V, L): dl/dh_t = exp(L[t]) V[t] for the loss u.h_T (see ``_jacobian.probe_backward``)."""
+    T, d_h = S.shape
+    V, L = np.empty((T, d_h)), np.empty(T)
+    _jacobian.probe_backward(np.ascontiguousarray(W_hh.T), u, S, m, V, L)
+    return V, L
+
+
+def rnn_gradient_norms(X, W_xh, W_hh, activation="tanh", measure="both", probe=None):
+    """ln ||dh_T/dh_{T-k}|| for k = 1..T-1 on the trajectory of h_t = phi(W_hh h_{t-1} + W_xh x_t).
+
+    X (T, d_in), W_xh (d_h, d_in), W_hh (d_h, d_h), h_0 = 0, no bias.
+    ``measure``: "probe" back-propagates the loss u.h_T (u = ``probe`` or a fixed
+    random unit vector) and returns ||dl/dh_{T-k}|| = ||u^T dh_T/dh_{T-k}||, a
+    lower bound of the spectral norm, O(T d^2); "exact" accumulates the Jacobian
+    product and takes its spectral norm, O(T d^3) and O(T d^2) memory; "both".
+    Returns a dict of float64 arrays of length T-1 (natural logs): ``distance``,
+    ``ln_probe``, ``ln_spectral`` and ``ln_probe_from_product`` (u^T P_k from the
+    product, the second measure's view of the first), NaN where not computed.
+    """
+    X = as_float_array("X", X, 2)
+    W_xh = as_float_array("W_xh", W_xh, 2)
+    W_hh = as_float_array("W_hh", W_hh, 2)
+    T, d_in = X.shape
+    d_h = W_hh.shape[0]
+    if T < 2:
+        raise ValueError(f"X must have T >= 2 rows (there is no distance in one step), got T={T}.")
+    if W_hh.shape != (d_h, d_h):
+        raise ValueError(f"W_hh must be square (d_h, d_h), got shape {W_hh.shape}.")
+    if W_xh.shape != (d_h, d_in):
+        raise ValueError(f"W_xh must have shape (d_h, d_in) = {(d_h, d_in)}, got {W_xh.shape}.")
+    check_choice("activation", activation, ACTIVATIONS)
+    check_choice("measure", measure, MEASURES)
+    if probe is None:
+        probe = np.random.default_rng(PROBE_SEED).normal(size=d_h)
+    probe = as_float_array("probe", probe, 1).astype(np.float64)
+    if probe.shape != (d_h,):
+        raise ValueError(f"probe must have shape ({d_h},), got {probe.shape}.")
+    pn = np.linalg.norm(probe)
+    if pn == 0:
+        raise ValueError("probe must be a non-zero vector.")
+    u = probe / pn
+    X, W_xh, W_hh = (a.astype(np.float64) for a in (X, W_xh, W_hh))
+
+    S, m = scaled_derivatives(X, W_xh, W_hh, activation)
+    nan = np.full(T - 1, np.nan)
+    out = {"distance": np.arange(1, T), "ln_probe": nan, "ln_spectral": nan.copy(),
+           "ln_probe_from_product": nan.copy()}
+    if measure in ("both", "probe"):
+        _, L = probe_backward(W_hh, u, S, m)
+        out["ln_probe"] = L[T - 2::-1].copy()              # L[T-1-k] for k = 1..T-1
+    if measure in ("both", "exact"):
+        check_memory((T - 1) * d_h * d_h * 8 * 2, f"the exact Jacobian product (T={T}, d_h={d_h})")
+        P, logs = np.empty((T - 1, d_h, d_h)), np.empty(T - 1)
+        _jacobian.jacobian_products(W_hh, S, m, P, logs)
+        with np.errstate(divide="ignore"):
+            out["ln_spectral"] = logs + np.log(np.linalg.svd(P, compute_uv=False)[:, 0])
+            out["ln_probe_from_product"] = logs + np.log(np.linalg.norm(u @ P, axis=-1))
+    return out
+
+
+def rnn_decay(T=256, d=32, rho=0.9, weight="orthogonal", activation="tanh", input_scale=1.0,
+              seed=0, measure="both", exact_max_d=DECAY.exact_max_d):
+    """Gradient decay of one RNN configuration, as a tidy frame: one row per distance k.
+
+    W_hh = ``recurrent_matrix(d, rho, weight, seed)``, W_xh ~ N(0, 1/d), X ~ N(0, input_scale^2),
+    d_in = d_h = d. Columns: model, weight, activation, rho, input_scale, T, d, seed,
+    sigma_max, distance, log10_norm (the spectral norm where computed, else the probe),
+    log10_probe, log10_spectral, log10_linear (k log10 rho), log10_bound (Pascanu's
+    k log10(sigma_max gamma), gamma = 1 for tanh and identity).
+    """
+    check_int("T", T, 2)
+    check_int("d", d)
+    check_positive("rho", rho)
+    check_choice("weight", weight, WEIGHTS)
+    check_choice("activation", activation, ACTIVATIONS)
+    check_choice("measure", measure, MEASURES)
+    check_real("input_scale", input_scale)
+    check_seed("seed", seed)
+    if measure == "both" and d > exact_max_d:
+        measure = "probe"                    # the O(T d^3) product is not worth it here
+    W_hh = recurrent_matrix(d, rho, weight, seed)
+    rng = np.random.default_rng([seed, 1])
+    W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
+    X = rng.normal(size=(T, d)) * input_scale
+    r = rnn_gradient_norms(X, W_xh, W_hh, activation, measure)
+    sigma_max = float(np.linalg.norm(W_hh, 2))
+    k = r["distance"].astype(np.float64)
+    ln_norm = r["ln_spectral"] if measure != "probe" else r["ln_probe"]
+    return pd.DataFrame({
+        "model": FAMILY.name, "weight": weight, "activation": activation, "rho": float(rho),
+        "input_scale": float(input_scale), "T": T, "d": d, "seed": seed,
+        "sigma_max": sigma_max, "distance": r["distance"],
+        "log10_norm": ln_norm / LN10,
+        "log10_probe": r["ln_probe"] / LN10,
+        "log10_spectral": r["ln_spectral"] / LN10,
+        "log10_linear": k * math.log10(rho),
+        "log10_bound": k * math.log10(sigma_max),    # gamma = 1: |tanh'| <= 1
+        "log10_value": np.nan, "log10_score": np.nan,
+    })
+
+
+def decay_jobs(config, T, d):
+    """Every (weight, activation, input scale, rho) of the sweep at one (T, d)."""
+    return [dict(model=FAMILY.name, T=T, d=d, rho=rho, weight=weight, activation=activation,
+                 input_scale=s)
+            for weight in config.weights for activation in config.activations
+            for s in config.input_scales for rho in config.rhos]
+
+
+def gradient_path(job, config):
+    job = {k: v for k, v in job.items() if k != "model"}
+    return rnn_decay(seed=config.seed, measure=config.measure, exact_max_d=config.exact_max_d, **job)
+
+
+def path_summary(g, fit_from):
+    """The fitted rate on k >= fit_from (T-1), past transients, beside log(rho) and Pascanu's bound.
+
+    ``theory_rate`` is log(rho) for identity (exact on orthogonal W_hh, the asymptote
+    on gaussian) and NaN for tanh, whose theory is the bound: ``bound_rate`` =
+    log(sigma_max * gamma), gamma = 1. ``bound_respected``: the fitted rate and every
+    k's norm are within the bound. ``log10_transient``: max_k (log10 norm - k log10 rho).
+    """
+    rate = fit_rate(g["log10_norm"].to_numpy() * LN10, fit_from)
+    sigma_max = float(g["sigma_max"].iloc[0])
+    bound = math.log(sigma_max)
+    first = g.iloc[0]
+    excess = g["log10_norm"].to_numpy() - g["log10_bound"].to_numpy()
+    return {
+        "fitted_rate": rate,
+        "fitted_rate_probe": fit_rate(g["log10_probe"].to_numpy() * LN10, fit_from),
+        "theory_rate": math.log(first["rho"]) if first["activation"] == "identity" else np.nan,
+        "bound_rate": bound,
+        "bound_respected": bool(rate <= bound + 1e-9 and np.nanmax(excess) <= 1e-9),
+        "log10_transient": float(np.nanmax(g["log10_norm"] - g["log10_linear"])),
+    }
+
+
+def path_memory(T, d, config):
+    """Peak bytes of each stage of one (T, d) configuration of the sweep."""
+    stages = {"RNN trajectory": 8 * T * d * 8}                       # X, H, A, S, V, ... (T, d)
+    if config.measure == "exact" or (config.measure == "both" and d <= config.exact_max_d):
+        stages["exact Jacobian products"] = 2 * (T - 1) * d * d * 8   # P and its normalised copy
+    return stages
+
+
+# ------------------------------------------------------------------ peers
+
+def peers(X, W, dH, torch=None):
+    """The NumPy step loop of ``harness.reference`` and, with PyTorch, ``torch.nn.RNN`` + autograd."""
+    W_xh, W_hh = W
+    H = rnn.forward(X, W_xh, W_hh)
+    impls = {
+        "numpy": (lambda: reference.rnn_forward(X, W_xh, W_hh),
+                  lambda: reference.rnn_backward(X, H, W_xh, W_hh, dH),
+                  lambda: (reference.rnn_forward(X, W_xh, W_hh),
+                           reference.rnn_backward(X, H, W_xh, W_hh, dH)[0])),
+    }
+    if torch is None:
+        return impls
+    d = W_hh.shape[0]
+    batched = X.ndim == 3
+    m = torch.nn.RNN(X.shape[-1], d, nonlinearity="tanh", bias=False, batch_first=True)
+    m = m.to(getattr(torch, X.dtype.name))
+    with torch.no_grad():
+        m.weight_ih_l0.copy_(torch.from_numpy(W_xh))
+        m.weight_hh_l0.copy_(torch.from_numpy(W_hh))
+    Xt = torch.from_numpy(X if batched else X[None]).clone()
+
+    def t_forward():
+        with torch.no_grad():
+            return m(Xt)[0]
+
+    Xg = Xt.clone().requires_grad_(True)
+    out = m(Xg)[0]
+    g = torch.from_numpy(dH if batched else dH[None])
+
+    def t_backward():
+        out.backward(g, retain_graph=True)
+
+    def t_outputs():
+        Xg.grad = None
+        out.backward(g, retain_graph=True)
+        return t_forward().numpy().reshape(H.shape), Xg.grad.numpy().reshape(X.shape)
+
+    impls["torch"] = (t_forward, t_backward, t_outputs)
+    return impls
+
+
+def compare_target(batch, direction, T, d):
+    if batch == 1:
+        return 1.5, None, "at least 1.5x faster than the fastest peer"
+    return 1.0, None, "at least as fast as the fastest peer"
+
+
+FAMILY = Family(
+    name="rnn", title="RNN",
+    forward=rnn.forward, backward=backward_from, primary=lambda H: H,
+    reference_forward=traced_forward, trace_weights=trace_weights, macs=macs,
+    lesson_parts=("recurrence", "input"), inputs=inputs, trace_memory_bytes=trace_memory_bytes,
+    timed=TIMED, decay_jobs=decay_jobs, gradient_path=gradient_path, path_summary=path_summary,
+    path_memory=path_memory, peers=peers, compare_target=compare_target,
+)

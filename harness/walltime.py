@@ -1,0 +1,154 @@
+"""Wall time of the compiled forwards over T: the measured crossover, exponents, scaling.
+
+Every registered family's timed variants (``Family.timed``: the RNN; attention on
+Q = K = V = X, grid and mix only, the lessons' comparison; attention with its
+three projections) are timed at each T by ``harness.timing``'s one policy, in
+interleaved rounds, so that a change of machine load hits every variant alike.
+The counted crossover comes from the families' closed-form counts; the measured
+one from where a variant's time overtakes the baseline's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import numpy as np
+import pandas as pd
+
+from harness import models, timing
+from harness._fit import log_crossing, power_law, quadratic_crossing
+from harness.config import WallConfig
+
+
+DEFAULT = WallConfig()
+
+
+def timed_bytes(T, d):
+    """Memory of the largest timed call of any variant at (T, d)."""
+    return max(v.bytes(T, d) for _, v in models.variants().values())
+
+
+def _calls(T, d, seed, dtype=np.float64):
+    """{variant: a no-argument call of it on inputs from default_rng(seed)}, compiled first."""
+    rng = np.random.default_rng(seed)
+    calls = {}
+    for name, (_, v) in models.variants().items():
+        v.call(*v.inputs(2, 2, rng, dtype))                   # compile outside the clock
+        args = v.inputs(T, d, rng, dtype)
+        calls[name] = (lambda f, a: lambda: f(*a))(v.call, args)
+    return calls
+
+
+def measure_wall_times(config=DEFAULT, T_values=None):
+    """Wall time of every timed variant over T: model, T, d, threads, seconds (median of the
+    rounds), seconds per step and MAC rate; ``macs`` counts every product the call does."""
+    from harness import machine
+    T_values = config.T_values if T_values is None else T_values
+    variants = models.variants()
+    rows = {}
+    with machine.threads(config.threads):
+        for T in T_values:
+            samples, _ = timing.time_interleaved(_calls(T, config.d, config.seed), config.rounds,
+                                                 config.min_sample_s, seed=T)
+            for name in variants:
+                sec = float(np.median(samples[name]))
+                macs = variants[name][1].macs(T, config.d)
+                rows[name, T] = dict(model=name, T=T, d=config.d, threads=config.threads,
+                                     seconds=sec, seconds_per_step=sec / T, macs=macs,
+                                     gmacs_per_s=macs / sec / 1e9)
+    # one block per variant, as the tables read
+    return pd.DataFrame([rows[name, T] for name in variants for T in T_values])
+
+
+def _crossing(pa, pr, T_max, extrapolate_max):
+    """T where a_v T^pa[0] = a_base T^pr[0], or NaN when the fitted curves do not cross
+    ahead (the variant's exponent not the larger) or cross outside [1, extrapolate_max x T_max]."""
+    if not (math.isfinite(pa[0]) and math.isfinite(pr[0])) or pa[0] <= pr[0]:
+        return math.nan
+    # a T^p = b T^q  ->  log T = (log b - log a) / (p - q)
+    logT = (pr[1] - pa[1]) / (pa[0] - pr[0])
+    if not (0.0 <= logT <= math.log(extrapolate_max * T_max)):
+        return math.nan
+    return math.exp(logT)
+
+
+def measured_crossover(times, config=DEFAULT):
+    """Where each variant's measured time overtakes the baseline's, against the counted crossover.
+
+    One row per (d, variant other than the baseline). ``measured_T``: log(t_v / t_base)
+    interpolated linearly in log T between the two sampled T that bracket the
+    sign change (NaN if the sweep does not bracket it; the first T if the variant
+    is already slower there). ``extrapolated_T``: the same from power laws fitted
+    for T >= ``fit_min_T`` (used when the sweep ends first); NaN when fewer than
+    two T are fitted, when the fitted curves do not cross, or when they cross
+    below T = 1 or past ``extrapolate_max`` x the largest T sampled. ``counted_T``:
+    where the closed-form counts cross (d for the grid, 2 T^2 d = 2 T d^2; none with
+    the projections, which alone already cost 1.5 x the RNN). ``predicted_T`` =
+    counted_T x (the variant's MAC rate / the baseline's), the rates taken at the
+    sampled T nearest the crossover (``rate_at_T``); ``measured_over_counted`` is
+    the crossover in units of d.
+    """
+    variants = models.variants()
+    base = config.baseline
+    rows = []
+    for d, g in times.groupby("d"):
+        w = g.pivot(index="T", columns="model", values="seconds").sort_index()
+        rate = g.pivot(index="T", columns="model", values="gmacs_per_s").sort_index()
+        Ts = w.index.to_numpy(dtype=float)
+        for variant in [m for m in variants if m in w.columns and m != base]:
+            r = np.log(w[variant] / w[base]).to_numpy()
+            cross = log_crossing(Ts, r)
+            if math.isnan(cross) and len(r) and r[0] >= 0:
+                cross = Ts[0]          # already slower at the smallest T
+            upper = Ts >= min(config.fit_min_T, Ts.max())
+            pa = power_law(Ts[upper], w[variant].to_numpy()[upper])
+            pr = power_law(Ts[upper], w[base].to_numpy()[upper])
+            extra = _crossing(pa, pr, Ts.max(), config.extrapolate_max)
+            # throughputs at the sampled T nearest the crossover (the largest T if none)
+            at = cross if not math.isnan(cross) else extra
+            T_at = int(Ts[np.argmin(np.abs(np.log(Ts) - math.log(at)))]
+                       if math.isfinite(at) and at > 0 else Ts.max())
+            speed = float(rate.loc[T_at, variant] / rate.loc[T_at, base])
+            counted = quadratic_crossing(lambda T: variants[variant][1].macs(T, d),
+                                         lambda T: variants[base][1].macs(T, d))
+            rows.append(dict(
+                d=d, variant=variant, counted_T=counted, measured_T=cross,
+                extrapolated_T=extra,
+                measured_over_counted=(cross if not math.isnan(cross) else extra) / d,
+                gemm_over_matvec=speed, predicted_T=counted * speed, rate_at_T=T_at))
+    return pd.DataFrame(rows)
+
+
+def fit_exponents(times, min_T=DEFAULT.fit_min_T):
+    """Least-squares slope of log(seconds) against log(T), per model, for T >= min_T.
+
+    One row per (model, d) always; ``exponent`` is NaN when fewer than two distinct T
+    (with positive times) are at or above ``min_T``.
+    """
+    rows = []
+    for (model, d), g in times.groupby(["model", "d"]):
+        g = g[g["T"] >= min_T]
+        slope, _ = power_law(g["T"], g["seconds"])
+        rows.append(dict(model=model, d=d, exponent=slope,
+                         T_min=int(g["T"].min()) if len(g) else math.nan,
+                         T_max=int(g["T"].max()) if len(g) else math.nan, points=len(g)))
+    return pd.DataFrame(rows)
+
+
+def strong_scaling(config=DEFAULT, thread_counts=None):
+    """Every variant at fixed (scaling_T, d) on 1..nproc threads (BLAS and Numba set together)."""
+    from harness import machine
+    thread_counts = thread_counts or tuple(range(1, (os.cpu_count() or 1) + 1))
+    T, d = config.scaling_T, config.d
+    rows = []
+    for n in thread_counts:
+        with machine.threads(n):
+            samples, _ = timing.time_interleaved(_calls(T, d, config.seed), config.rounds,
+                                                 config.min_sample_s, seed=n)
+        rows.extend(dict(model=name, T=T, d=d, threads=n, seconds=float(np.median(s)))
+                    for name, s in samples.items())
+    frame = pd.DataFrame(rows)
+    one = frame[frame.threads == frame.threads.min()].set_index("model")["seconds"]
+    frame["speedup"] = frame["model"].map(one) / frame["seconds"]
+    frame["efficiency"] = frame["speedup"] / frame["threads"]
+    return frame
