@@ -27,7 +27,7 @@ class Depth(common.Benchmark):
     def setup(self, model, T):
         depth = common.analyser("depth")
         self.trace = depth.trace_model(model, T, self.d)
-        self.lesson_parts = depth.LESSON_PARTS[model]   # RNN products vs attention grid + mix
+        self.lesson_parts = common.family(model).lesson_parts   # RNN products vs attention grid + mix
 
     def track_multiplications(self, model, T):
         return sum(self.trace.macs_by_part().get(p, 0) for p in self.lesson_parts)
@@ -60,8 +60,9 @@ class DecayRate(common.Benchmark):
     def setup(self, activation, rho):
         gradpath = common.analyser("gradpath")
         D = gradpath.DEFAULT
-        frame = mrnn.rnn_decay(T=D.Ts[0], d=D.ds[0], rho=rho, weight="orthogonal",
-                                   activation=activation, seed=D.seed)
+        frame = common.analyser("models.rnn").rnn_decay(T=D.Ts[0], d=D.ds[0], rho=rho,
+                                                        weight="orthogonal",
+                                                        activation=activation, seed=D.seed)
         self.rate = float(gradpath.summarise(frame, D.fit_from)["fitted_rate"].iloc[0])
 
     def track_fitted_rate(self, activation, rho):
@@ -79,7 +80,7 @@ class AttentionDecayRate(common.Benchmark):
     def setup(self):
         gradpath = common.analyser("gradpath")
         D = gradpath.DEFAULT
-        frame = matt.attention_paths(T=D.Ts[0], d=D.ds[0], seed=D.seed)
+        frame = common.analyser("models.attention").attention_paths(T=D.Ts[0], d=D.ds[0], seed=D.seed)
         self.rate = float(gradpath.summarise(frame, D.fit_from)["fitted_rate"].iloc[0])
 
     def track_fitted_rate(self):
@@ -98,6 +99,7 @@ class DecaySweep(common.Benchmark):
 
     def setup(self):
         self.gradpath = common.analyser("gradpath")
+        self.mrnn, self.matt = common.analyser("models.rnn"), common.analyser("models.attention")
         from harness import cli
         self.cli = cli
         common.apply_threads()

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -46,17 +45,12 @@ import json, sys, time
 import numpy, numba, scipy                   # not counted: every run pays these
 model, dtype = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
-from harness import attention, rnn
-f = rnn if model == "rnn" else attention
-rng = numpy.random.default_rng(0)
-X = rng.standard_normal((8, 4)).astype(dtype)
-Ws = [rng.standard_normal((4, 4)).astype(dtype) for _ in range(2 if model == "rnn" else 3)]
+from harness import models
+f = models.get(model)
+X, Ws = f.inputs(8, 4, 1, dtype, 0)
 def once():
     out = f.forward(X, *Ws)
-    if model == "rnn":
-        f.backward(X, out, Ws[0], Ws[1], out)
-    else:
-        f.backward(X, *Ws, out[1], out[0])
+    f.backward(X, Ws, out, f.primary(out))
 once()
 t1 = time.perf_counter()
 once()
@@ -72,6 +66,7 @@ class CompileTime(common.Benchmark):
     timeout = 300
 
     def setup(self, model, dtype):
+        common.family(model)                             # skip at commits before the registry
         with tempfile.TemporaryDirectory(prefix="harness-numba-cache-") as cache:
             env = dict(os.environ, NUMBA_CACHE_DIR=cache,
                        NUMBA_NUM_THREADS=str(max(common.THREADS, 1)),
@@ -87,30 +82,6 @@ class CompileTime(common.Benchmark):
     track_first_call.unit = "seconds"
 
 
-def _best_seconds(f, min_calls=5, min_seconds=0.5, max_calls=200):
-    """Best time of f(): at least ``min_calls`` calls and ``min_seconds`` of them.
-
-    One short burst is not enough on a shared virtual machine: a best of three
-    once came out 40x slow at T = 256.
-    """
-    best, spent, n = float("inf"), 0.0, 0
-    while n < min_calls or (spent < min_seconds and n < max_calls):
-        t0 = time.perf_counter()
-        f()
-        dt = time.perf_counter() - t0
-        best, spent, n = min(best, dt), spent + dt, n + 1
-    return best
-
-
-def attention_flops(T, d, batch=1):
-    """Floating-point operations of self-attention's forward with projections (2 per MAC).
-
-    Three projections 3 * 2 T d^2, the grid and the mix 2 * 2 T^2 d; the softmax's
-    O(T^2) exps and adds are not counted, as PyTorch's FlopCounterMode does not.
-    """
-    return batch * (6 * T * d * d + 4 * T * T * d)
-
-
 def gemm_peak_gflops(dtype, n=2048):
     """This machine's GEMM rate: the best (n x n) @ (n x n) product of several, on the BLAS
     the kernels call (SciPy's OpenBLAS through Numba, see harness._blas), not NumPy's copy."""
@@ -118,7 +89,7 @@ def gemm_peak_gflops(dtype, n=2048):
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)
     out = matmul(a, b)                                    # first call: BLAS buffers, page faults
-    return 2 * n ** 3 / _best_seconds(lambda: matmul(a, b, out)) / 1e9
+    return 2 * n ** 3 / common.analyser("timing").median_seconds(lambda: matmul(a, b, out), min_sample_s=0.5) / 1e9
 
 
 class GemmEfficiency(common.Benchmark):
@@ -130,6 +101,7 @@ class GemmEfficiency(common.Benchmark):
     params = [[256, 1024, 4096], ["float32", "float64"]]
     param_names = ["T", "dtype"]
     d = 256
+    model = "attention"       # the family whose forward is GEMM-bound
 
     def setup_cache(self):
         common.apply_threads()
@@ -138,11 +110,13 @@ class GemmEfficiency(common.Benchmark):
     def setup(self, peaks, T, dtype):
         common.apply_threads()
         self.peak = peaks[dtype]
-        common.warm_up("attention", dtype)
-        X, Ws = common.inputs("attention", T, self.d, 1, dtype)
-        common.run_forward("attention", X, Ws)
-        seconds = _best_seconds(lambda: common.run_forward("attention", X, Ws))
-        self.achieved = attention_flops(T, self.d) / seconds / 1e9
+        common.warm_up(self.model, dtype)
+        X, Ws = common.inputs(self.model, T, self.d, 1, dtype)
+        seconds = common.analyser("timing").median_seconds(lambda: common.run_forward(self.model, X, Ws), min_sample_s=0.5)
+        # FLOPs = 2 x the family's counted multiplications (projections, grid and mix); the
+        # softmax's O(T^2) exps and adds are not counted, as PyTorch's FlopCounterMode does not
+        flops = 2 * sum(common.family(self.model).macs(T, self.d).values())
+        self.achieved = flops / seconds / 1e9
 
     def track_attention_gflops(self, peaks, T, dtype):
         return self.achieved

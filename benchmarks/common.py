@@ -9,10 +9,8 @@ results file.
 
 from __future__ import annotations
 
-import math
 import os
 
-import numpy as np
 
 from harness import machine
 
@@ -32,7 +30,11 @@ apply_threads()     # at import: asv forks each benchmark from a process that im
 
 # --------------------------------------------------------------------------- sizes
 
-MODELS = ["rnn", "attention"]
+try:
+    from harness.models import NAMES as _NAMES
+    MODELS = list(_NAMES)                   # every registered family
+except ImportError:                         # commits before the family registry
+    MODELS = ["rnn", "attention"]
 T_VALUES = [64, 256, 1024, 4096]
 D_VALUES = [64, 256]
 BATCHES = [1, 32]
@@ -59,49 +61,36 @@ class Benchmark:
 
 # --------------------------------------------------------------------------- inputs
 
+def family(model):
+    """The registered family ``model``, or skip the benchmark at commits that predate the registry."""
+    return analyser("models").get(model)
+
+
 def grid_fits(model, T, batch):
-    """False where attention's (B, T, T) grid would exceed MAX_GRID_ELEMENTS."""
-    return model != "attention" or batch * T * T <= MAX_GRID_ELEMENTS
+    """False where the family's (B, T, T) arrays would exceed MAX_GRID_ELEMENTS."""
+    return family(model).grid_elements(T, batch) <= MAX_GRID_ELEMENTS
 
 
 def skip_unless_fits(model, T, batch):
     if not grid_fits(model, T, batch):
         # asv records NotImplementedError from setup as "skipped", not as a failure
-        raise NotImplementedError(f"attention at T={T}, batch={batch}: the (B, T, T) grid "
-                                  f"has more than 4096 x 4096 elements")
+        raise NotImplementedError(f"{model} at T={T}, batch={batch}: its (B, T, T) arrays "
+                                  f"have more than 4096 x 4096 elements")
 
 
 def inputs(model, T, d, batch, dtype, seed=SEED):
-    """X (T, d) or (B, T, d), and the model's weights, scaled to keep tanh and softmax tame."""
-    rng = np.random.default_rng(seed)
-    shape = (T, d) if batch == 1 else (batch, T, d)
-    X = rng.standard_normal(shape).astype(dtype)                     # (B, T, d)
-    s = 1.0 / math.sqrt(d)
-    n = 2 if model == "rnn" else 3                                   # W_xh, W_hh | Wq, Wk, Wv
-    Ws = [(rng.standard_normal((d, d)) * s).astype(dtype) for _ in range(n)]
-    return X, Ws
-
-
-def forward(model):
-    from harness import attention, rnn
-    return rnn.forward if model == "rnn" else attention.forward
-
-
-def backward(model):
-    from harness import attention, rnn
-    return rnn.backward if model == "rnn" else attention.backward
+    """X (T, d) or (B, T, d), and the family's weights, from the family's input factory."""
+    return family(model).inputs(T, d, batch, dtype, seed)
 
 
 def run_forward(model, X, Ws):
-    return forward(model)(X, *Ws)                                    # H | (Y, A)
+    return family(model).forward(X, *Ws)                             # H | (Y, A)
 
 
 def run_backward(model, X, Ws, out):
     """Backward from an upstream gradient equal to the forward's output."""
-    if model == "rnn":
-        return backward(model)(X, out, Ws[0], Ws[1], out)            # dH = H
-    Y, A = out
-    return backward(model)(X, *Ws, A, Y)                             # dY = Y
+    fam = family(model)
+    return fam.backward(X, Ws, out, fam.primary(out))
 
 
 def warm_up(model, dtype):

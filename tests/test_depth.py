@@ -1,5 +1,6 @@
 """Tests for harness.depth and harness.trace: counts, span, path, schedule, CLI."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -194,6 +195,23 @@ def test_brent_bounds_hold(model, grain):
         assert max(W / P, S) <= t <= W / P + S
     assert frame.set_index("P").loc[1, "time"] == W       # one processor does all the work
     assert frame.set_index("P").loc[10**6, "time"] == S   # enough processors: the span
+    # the column says what the bounds say, read from the schedule's own columns
+    held = (np.maximum(frame.work / frame.P, frame.span) <= frame.time) & \
+        (frame.time <= frame.work / frame.P + frame.span)
+    assert (frame.bounds_ok == held).all()
+
+
+def test_bounds_ok_reports_a_schedule_that_breaks_them(monkeypatch):
+    """A scheduler that takes one step too many: the column says so, it is not hard-coded."""
+    real = _greedy.greedy_schedule
+
+    def slow(*args):
+        real(*args)
+        out = args[-1]
+        out[0] = int(out[0]) + 10**9                    # far past W/P + S
+    monkeypatch.setattr(_greedy, "greedy_schedule", slow)
+    frame = schedule.schedule("rnn", 6, 3, (1, 4), "scalar")
+    assert not frame.bounds_ok.any()
 
 
 def test_scheduled_span_equals_traced_scalar_span():
@@ -268,27 +286,31 @@ def test_crossover_and_exponents_are_nan_without_two_points(recwarn):
     assert not recwarn.list                        # no RankWarning, no RuntimeWarning
 
 
+FIT10 = dataclasses.replace(config.WALL, fit_min_T=10)
+
+
 def test_extrapolated_crossover_is_nan_when_the_fits_do_not_cross_plausibly():
     t = _synthetic_times()
     # attention's exponent no larger than the RNN's: the curves never cross ahead
     flat = t.copy()
     flat.loc[flat.model == "attention", "seconds"] = 1e-4 * flat.loc[flat.model == "attention", "T"]
-    assert math.isnan(walltime.measured_crossover(flat, min_T=10).set_index("variant")
+    assert math.isnan(walltime.measured_crossover(flat, FIT10).set_index("variant")
                       .loc["attention", "extrapolated_T"])
     # they cross below T = 1 (attention always slower): no extrapolation either
     slow = t.copy()
     slow.loc[slow.model == "attention", "seconds"] *= 1e6
-    row = walltime.measured_crossover(slow, min_T=10).set_index("variant").loc["attention"]
+    row = walltime.measured_crossover(slow, FIT10).set_index("variant").loc["attention"]
     assert math.isnan(row.extrapolated_T)
     # ... and far past the sweep
     far = t.copy()
     far.loc[far.model == "attention", "seconds"] *= 1e-6
-    row = walltime.measured_crossover(far, min_T=10).set_index("variant").loc["attention"]
+    row = walltime.measured_crossover(far, FIT10).set_index("variant").loc["attention"]
     assert math.isnan(row.extrapolated_T) and math.isnan(row.measured_T)
 
 
 def test_measure_wall_times_runs_the_kernels():
-    t = walltime.measure_wall_times((4, 8), 8, repeats=1, threads=1)
+    t = walltime.measure_wall_times(dataclasses.replace(config.WALL, T_values=(4, 8), d=8, rounds=1,
+                                                        min_sample_s=0.001))
     assert set(t.model) == set(models.variants())
     assert (t.seconds > 0).all()
     assert t.set_index(["model", "T"]).loc[("attention", 8), "macs"] == 2 * 8 * 8 * 8
@@ -351,7 +373,7 @@ def test_trace_memory_estimate_is_an_upper_bound(model, T, d):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    est = depth.trace_memory_bytes(model, T, d)
+    est = models.get(model).trace_memory_bytes(T, d)
     assert peak <= est <= 4 * peak + 2**20
 
 
@@ -367,11 +389,11 @@ def test_each_model_and_T_is_traced_once(monkeypatch, capsys):
 def test_cli_scaling_T_defaults_to_the_config(monkeypatch, capsys):
     seen = {}
 
-    def fake_scaling(T, d, **k):
-        seen["T"] = T
-        return pd.DataFrame([dict(model="rnn", T=T, d=d, threads=1, seconds=1.0, speedup=1.0,
-                                  efficiency=1.0)])
-    monkeypatch.setattr(depth, "strong_scaling", fake_scaling)
+    def fake_scaling(cfg):
+        seen["T"] = cfg.scaling_T
+        return pd.DataFrame([dict(model="rnn", T=cfg.scaling_T, d=cfg.d, threads=1, seconds=1.0,
+                                  speedup=1.0, efficiency=1.0)])
+    monkeypatch.setattr(walltime, "strong_scaling", fake_scaling)
     assert cli.main(["depth", "--T", "8", "--d", "4", "--schedule-T", "8", "--P", "1",
                      "--measure-T", "4", "8", "--repeats", "1"]) == 0
     assert seen["T"] == config.WALL.scaling_T

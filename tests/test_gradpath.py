@@ -464,18 +464,20 @@ def test_clipping_stops_explosion_but_does_not_rescue_vanishing():
 def decay_only(monkeypatch):
     """cli.main with only this subcommand: build_parser imports every module it lists,
     and these tests should not depend on the other analysers being importable."""
-    monkeypatch.setattr(cli, "COMMANDS", {"decay": "harness.gradpath"})
+    monkeypatch.setattr(cli, "COMMANDS", {"decay": "harness.commands.decay"})
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--rho", "0"], "--rho: must be > 0"),
-    (["--rho", "0.9", "-0.5"], "--rho: must be > 0"),
-    (["--T", "1"], "--T: must be >= 2"),
+    (["--rho", "0"], "--rho: rhos must be a finite number > 0"),
+    (["--rho", "0.9", "-0.5"], "--rho: rhos must be a finite number > 0"),
+    (["--T", "1"], "--T: Ts must be an integer >= 2"),
     (["--activation", "relu"], "--activation"),
     (["--weight", "unitary"], "--weight"),
-    (["--d", "0"], "--d: must be >= 1"),
+    (["--d", "0"], "--d: ds must be an integer >= 1"),
+    (["--model", "lstm"], "--model: models must be one of"),
+    (["--clip-threshold", "0"], "--clip-threshold: threshold must be a finite number > 0"),
     (["--measure", "fast"], "--measure"),
-    (["--seed", "-1"], "--seed: must be an integer >= 0"),
+    (["--seed", "-1"], "--seed: seed must be an integer >= 0"),
 ])
 def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, tmp_path, capsys, decay_only):
     rc = cli.main(["decay", *argv, "--out", str(tmp_path / "o"), "--quiet"])
@@ -487,22 +489,23 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, tmp_path, capsy
 
 
 def test_cli_too_large_for_memory_fails_before_any_work(tmp_path, capsys, decay_only, monkeypatch):
-    # T = 100000 at d = 4: the RNN part is small, attention's T x T grid (80 GB) is not
+    # T = 100000 at d = 64: the RNN's probe is small, attention's (T-1) path Jacobians (9.8 GB) are not
     monkeypatch.setattr(gradpath, "available_memory_bytes", lambda: 4 * 2**30)
     ran = []
-    monkeypatch.setattr(gradpath, "rnn_decay", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(mrnn, "rnn_decay", lambda *a, **k: ran.append(a))
     out = tmp_path / "new" / "o"
-    rc = cli.main(["decay", "--T", "100000", "--d", "4", "--out", str(out), "--quiet"])
+    rc = cli.main(["decay", "--T", "100000", "--d", "64", "--measure", "probe", "--out", str(out),
+                   "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and err.startswith("harness decay: error: --T/--d")
-    assert "attention grid" in err
+    assert "attention path Jacobians" in err
     assert ran == [] and not (tmp_path / "new").exists()
 
 
 def test_cli_failure_leaves_no_empty_out_dir(tmp_path, capsys, decay_only, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(gradpath, "decay_sweep", boom)
+    monkeypatch.setattr(gradpath, "run_sweep", boom)
     out = tmp_path / "o"
     rc = cli.main(["decay", "--T", "5", "--d", "2", "--out", str(out), "--quiet"])
     assert rc == 130 and not out.exists()

@@ -74,12 +74,12 @@ def test_main_restores_the_sigterm_handler(tmp_path):
 
 
 def test_depth_writes_its_files_only_when_the_run_completes(tmp_path, monkeypatch):
-    from harness import cli, depth
+    from harness import cli, schedule
 
     def boom(*a, **k):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr(depth, "schedule_table", boom)
+    monkeypatch.setattr(schedule, "schedule_table", boom)
     out = tmp_path / "d"
     with pytest.raises(RuntimeError):
         cli.main(["depth", "--T", "8", "16", "--d", "4", "--schedule-T", "8", "--no-measure",
@@ -88,12 +88,13 @@ def test_depth_writes_its_files_only_when_the_run_completes(tmp_path, monkeypatc
 
 
 def test_analyser_errors_are_one_line_unless_debugging(monkeypatch, capsys):
-    from harness import cli, gradpath
+    from harness import cli
+    from harness.commands import decay
 
     def bad(args):
         raise ValueError("rho must be > 0\nsecond line")
 
-    monkeypatch.setattr(gradpath, "run", bad)
+    monkeypatch.setattr(decay, "run", bad)
     assert cli.main(["decay"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "rho must be > 0" in err and "HARNESS_DEBUG=1" in err

@@ -17,7 +17,7 @@ first time the family is asked for.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 # The registration: one name per family (its module is harness/models/<name>.py),
@@ -62,7 +62,7 @@ class Family:
     path_memory: Callable           # (T, d, DecayConfig) -> {stage: peak bytes}
     peers: Callable                 # (X, weights, d_output, torch or None) -> {impl: (fwd, bwd, outputs)}
     compare_target: Callable        # (batch, direction, T, d) -> (speed-up needed, GEMM floor or None, words)
-    extra: dict = field(default_factory=dict)
+    grid_elements: Callable = lambda T, batch: 0   # elements of the largest (B, T, T) array it allocates
 
 
 def get(name, arg="model"):

@@ -259,4 +259,5 @@ FAMILY = Family(
     lesson_parts=("grid", "mix"), inputs=inputs, trace_memory_bytes=trace_memory_bytes,
     timed=TIMED, decay_jobs=decay_jobs, gradient_path=gradient_path, path_summary=path_summary,
     path_memory=path_memory, peers=peers, compare_target=compare_target,
+    grid_elements=lambda T, batch: batch * T * T,       # A, (B, T, T): kept for the backward
 )
