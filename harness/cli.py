@@ -48,6 +48,16 @@ def build_parser():
     return parser
 
 
+def print_short_help(parser, stream=None):
+    """Usage, then one example per command: what ``harness`` alone prints."""
+    stream = sys.stderr if stream is None else stream
+    parser.print_usage(stream)
+    print("\ncommands, with an example each (harness COMMAND --help for more):", file=stream)
+    for name, modname in COMMANDS.items():
+        mod = importlib.import_module(modname)
+        print(f"  {name:8s} {mod.HELP}\n           {mod.EXAMPLE}", file=stream)
+
+
 def _terminate(signum, frame):
     raise KeyboardInterrupt    # so that SIGTERM unwinds like Ctrl-C: no half-written output
 
@@ -56,7 +66,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
-        parser.print_help()
+        print_short_help(parser)
         return 2
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None

@@ -17,6 +17,8 @@ example:
   harness compare --quick            # tiny sizes, seconds: a smoke test
 """
 
+EXAMPLE = "harness compare --threads 1 --out reports/compare"
+
 
 def add_arguments(p):
     p.add_argument("--out", default="reports/compare", help="directory for compare.csv and "

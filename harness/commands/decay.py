@@ -27,6 +27,8 @@ FLAGS = {"rhos": "--rho", "activations": "--activation", "weights": "--weight",
          "input_scales": "--input-scale", "Ts": "--T", "ds": "--d", "seed": "--seed",
          "measure": "--measure", "models": "--model", "threshold": "--clip-threshold"}
 
+EXAMPLE = "harness decay --rho 0.5 0.9 1.1 --activation tanh --T 1000 --d 64 --out reports/decay"
+
 
 def add_arguments(parser):
     D = C.DECAY

@@ -24,6 +24,8 @@ example:
   harness depth --T 50 100 --d 64 --no-measure
 """
 
+EXAMPLE = "harness depth --T 50 800 1000 2000 --d 512 --out reports/depth"
+
 
 def add_arguments(p):
     D, S, W = C.DEPTH, C.SCHEDULE, C.WALL

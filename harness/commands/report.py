@@ -15,6 +15,8 @@ example:
   harness report                       # reports/<date-time>/, the full sweeps
 """
 
+EXAMPLE = "harness report --quick --out reports/first"
+
 
 def add_arguments(p):
     p.add_argument("--quick", action="store_true",
