@@ -37,10 +37,14 @@ class Progress:
             yield lambda label: None
             return
         if self.tty:
+            import shutil
+
             from tqdm import tqdm
+            # a terminal that reports a size of 0 x 0 (a new pty) would get an invisible bar
+            size = shutil.get_terminal_size((100, 24))
             bar = tqdm(total=total, desc=f"{self.command}: {desc}", file=self.stream,
-                       dynamic_ncols=True, leave=True,
-                       bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed}<{remaining} {postfix}")
+                       ncols=size.columns or 100, nrows=size.lines or 24, leave=True,
+                       bar_format="{desc} {n_fmt}/{total_fmt} |{bar:24}| {elapsed}<{remaining}{postfix}")
             started = [False]
 
             def step(label):
@@ -83,12 +87,22 @@ def warm_up_kernels(progress):
         progress.line("compiling the Numba kernels (first run only; later runs load them "
                       "from Numba's cache)")
     t0 = time.perf_counter()
-    from harness import models
+    import numpy as np
+
+    from harness import _greedy, _jacobian, models
     for fam in models.families():
         for dtype in ("float32", "float64"):
             for batch in (1, 2):
                 X, W = fam.inputs(3, 2, batch, dtype)
                 out = fam.forward(X, *W)
                 fam.backward(X, W, out, fam.primary(out))
+    S, m, eye = np.ones((3, 2)), np.zeros(3), np.eye(2)        # the analysers' own kernels
+    _jacobian.probe_backward(eye, np.ones(2), S, m, np.empty((3, 2)), np.empty(3))
+    _jacobian.jacobian_products(eye, S, m, np.empty((2, 2, 2)), np.empty(2))
+    ptr, none, one = np.array([0, 1]), np.zeros(0, np.int64), np.ones(1, np.int64)
+    _greedy.greedy_schedule(ptr, one, np.zeros(2, np.int64), none, np.zeros(1, np.int64), one, 1,
+                            np.zeros(3, np.int64))
+    _greedy.span_and_priority(ptr, np.zeros(2, np.int64), none, np.zeros(1, np.int64),
+                              np.zeros(1, np.int64))
     if cold:
         progress.line(f"compiled the kernels in {time.perf_counter() - t0:.1f} s")
