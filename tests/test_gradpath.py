@@ -543,3 +543,46 @@ def test_cli_run_writes_the_csvs(tmp_path, capsys, decay_only):
     assert (out / "decay_clipping.csv").exists() and (out / "decay_additive.csv").exists()
     assert "fitted_rate" in cap.out and "decay:" in cap.err
     assert not list(out.glob(".*.tmp"))                    # nothing half-written left behind
+
+
+# --------------------------------------------------------------------------- extreme rho
+
+@pytest.mark.parametrize("measure", ["probe", "exact"])
+def test_linear_orthogonal_decay_is_exact_for_any_finite_rho(measure):
+    """log10 ||dh_T/dh_{T-k}|| = k log10 rho for rho from 1e-300 to 1e300 (rho Q itself would
+    under- or overflow: the analyser keeps rho out of the matrix)."""
+    for e in np.linspace(-300, 300, 25):
+        rho = 10.0 ** e
+        f = mrnn.rnn_decay(T=6, d=4, rho=rho, weight="orthogonal", activation="identity",
+                           input_scale=1.0, measure=measure)
+        k = f.distance.to_numpy()
+        np.testing.assert_allclose(f.log10_norm.to_numpy(), k * math.log10(rho),
+                                   rtol=1e-12, atol=1e-9 * max(1.0, abs(e)))
+        assert np.isfinite(f.log10_bound).all()
+
+
+def test_cli_extreme_rho_reproduction(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert cli.main(["decay", "--rho", "1e-200", "1e155", "--T", "5", "--d", "4", "--activation",
+                     "identity", "--weight", "orthogonal", "--input-scale", "1", "--no-attention",
+                     "--out", str(out), "--quiet"]) == 0
+    f = pd.read_csv(out / "decay.csv")
+    for rho, step in ((1e-200, -200.0), (1e155, 155.0)):
+        g = f[f.rho == rho].sort_values("distance")
+        np.testing.assert_allclose(g.log10_norm, step * g.distance, rtol=1e-12)
+
+
+def test_tanh_trajectory_refuses_a_rho_it_cannot_represent():
+    """Near the float64 limit: a clear ValueError or finite numbers, never a NaN."""
+    raised = 0
+    for rho in (1e300, 1e306, 1e307, 1.7e308):
+        try:
+            f = mrnn.rnn_decay(T=5, d=4, rho=rho, activation="tanh")
+        except ValueError as e:
+            assert "too large for a tanh trajectory" in str(e)
+            raised += 1
+            continue
+        assert np.isfinite(f.log10_norm).all(), rho
+    assert raised >= 1                                 # 1.7e308 * Q overflows its products
+    f = mrnn.rnn_decay(T=5, d=4, rho=1e200, activation="tanh")   # saturated, but finite
+    assert np.isfinite(f.log10_norm).all()

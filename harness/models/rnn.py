@@ -91,25 +91,30 @@ TIMED = (Variant("rnn", _timed_inputs, rnn.forward, lambda T, d: sum(macs(T, d).
 # ------------------------------------------------------------------ gradient path
 
 def recurrent_matrix(d, rho, kind="orthogonal", seed=0):
-    """W_hh (d, d) with spectral radius exactly ``rho``.
+    """W_hh (d, d) with spectral radius exactly ``rho``: rho times ``unit_recurrent_matrix``.
 
     ``orthogonal``: rho Q with Q Haar-orthogonal. Normal, every singular value is
     rho, so ||W_hh^k|| = rho^k exactly. ``gaussian``: N(0, 1/d) entries rescaled
     by rho / (largest |eigenvalue|). Non-normal: sigma_max is about 2 rho, and
     ||W_hh^k|| rises above rho^k before the radius takes over.
     """
-    check_int("d", d)
     check_positive("rho", rho)
+    return rho * unit_recurrent_matrix(d, kind, seed)
+
+
+def unit_recurrent_matrix(d, kind="orthogonal", seed=0):
+    """The radius-1 matrix behind ``recurrent_matrix``: the analyser keeps rho out of it and
+    adds log(rho) per step instead, so that any finite rho > 0 is exact in log space."""
+    check_int("d", d)
     check_choice("kind", kind, WEIGHTS)
     check_seed("seed", seed)
     rng = np.random.default_rng(seed)
     G = rng.normal(size=(d, d))
     if kind == "orthogonal":
         Q, R = np.linalg.qr(G)
-        Q = Q * np.where(np.diag(R) < 0, -1.0, 1.0)      # sign fix: Haar, not QR-biased
-        return rho * Q
+        return Q * np.where(np.diag(R) < 0, -1.0, 1.0)   # sign fix: Haar, not QR-biased
     G /= math.sqrt(d)
-    return G * (rho / np.abs(np.linalg.eigvals(G)).max())
+    return G * (1.0 / np.abs(np.linalg.eigvals(G)).max())
 
 
 def log_dphi(A, activation):
@@ -121,18 +126,27 @@ def log_dphi(A, activation):
     return math.log(4.0) - 2.0 * a - 2.0 * np.log1p(np.exp(-2.0 * a))
 
 
-def scaled_derivatives(X, W_xh, W_hh, activation):
-    """(S, m): phi'(a_t) = exp(m_t) S_t with max(S_t) = 1, on the real trajectory."""
+def scaled_derivatives(X, W_xh, W_hh, activation, ln_scale=0.0):
+    """(S, m): the Jacobian J_t = diag(phi'(a_t)) exp(ln_scale) W_hh = exp(m_t) diag(S_t) W_hh,
+    max(S_t) = 1, on the real trajectory of h_t = phi(exp(ln_scale) W_hh h_{t-1} + W_xh x_t)."""
     T, d_h = X.shape[0], W_hh.shape[0]
     if activation == "identity":
-        # the Jacobian is W_hh whatever the trajectory, and h_t itself may overflow for rho > 1
-        return np.ones((T, d_h)), np.zeros(T)
-    H = rnn.forward(X, W_xh, W_hh, activation=activation)  # (T, d_h): the real trajectory
+        # the Jacobian is the matrix whatever the trajectory, and h_t itself may overflow
+        return np.ones((T, d_h)), np.full(T, float(ln_scale))
+    W = W_hh if ln_scale == 0.0 else math.exp(ln_scale) * W_hh
+    if not np.isfinite(W).all():
+        raise ValueError(f"rho = exp({ln_scale:.6g}) is too large for a tanh trajectory in float64: "
+                         f"W_hh overflows; use rho < 1e300.")
+    H = rnn.forward(X, W_xh, W, activation=activation)     # (T, d_h): the real trajectory
     H_prev = np.vstack([np.zeros((1, d_h)), H[:-1]])       # (T, d_h): h_0 = 0
-    A = H_prev @ W_hh.T + X @ W_xh.T                       # (T, d_h) pre-activations
+    with np.errstate(over="ignore", invalid="ignore"):
+        A = H_prev @ W.T + X @ W_xh.T                      # (T, d_h) pre-activations
+    if not np.isfinite(A).all():
+        raise ValueError(f"rho = exp({ln_scale:.6g}) is too large for a tanh trajectory in float64: "
+                         f"the pre-activations overflow; use a smaller rho.")
     lg = log_dphi(A, activation)
     m = lg.max(axis=1)
-    return np.exp(lg - m[:, None]), m
+    return np.exp(lg - m[:, None]), m + ln_scale
 
 
 def probe_backward(W_hh, u, S, m):
@@ -178,8 +192,14 @@ def rnn_gradient_norms(X, W_xh, W_hh, activation="tanh", measure="both", probe=N
         raise ValueError("probe must be a non-zero vector.")
     u = probe / pn
     X, W_xh, W_hh = (a.astype(np.float64) for a in (X, W_xh, W_hh))
+    return _gradient_norms(X, W_xh, W_hh, 0.0, activation, measure, u)
 
-    S, m = scaled_derivatives(X, W_xh, W_hh, activation)
+
+def _gradient_norms(X, W_xh, W_unit, ln_rho, activation, measure, u):
+    """``rnn_gradient_norms`` for W_hh = exp(ln_rho) W_unit, checked inputs, float64."""
+    T, d_h = X.shape[0], W_unit.shape[0]
+    W_hh = W_unit
+    S, m = scaled_derivatives(X, W_xh, W_unit, activation, ln_rho)
     nan = np.full(T - 1, np.nan)
     out = {"distance": np.arange(1, T), "ln_probe": nan, "ln_spectral": nan.copy(),
            "ln_probe_from_product": nan.copy()}
@@ -216,12 +236,17 @@ def rnn_decay(T=256, d=32, rho=0.9, weight="orthogonal", activation="tanh", inpu
     check_seed("seed", seed)
     if measure == "both" and d > exact_max_d:
         measure = "probe"                    # the O(T d^3) product is not worth it here
-    W_hh = recurrent_matrix(d, rho, weight, seed)
+    # rho stays out of the matrix: log(rho) enters every step's factor, so any finite rho > 0
+    # is exact (rho Q itself under- or overflows for rho < 1e-162 or > 1e154)
+    W_unit = unit_recurrent_matrix(d, weight, seed)
+    ln_rho = math.log(rho)
     rng = np.random.default_rng([seed, 1])
     W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
     X = rng.normal(size=(T, d)) * input_scale
-    r = rnn_gradient_norms(X, W_xh, W_hh, activation, measure)
-    sigma_max = float(np.linalg.norm(W_hh, 2))
+    u = np.random.default_rng(PROBE_SEED).normal(size=d)
+    r = _gradient_norms(X, W_xh, W_unit, ln_rho, activation, measure, u / np.linalg.norm(u))
+    log10_sigma = math.log10(rho) + math.log10(float(np.linalg.norm(W_unit, 2)))
+    sigma_max = 10.0 ** log10_sigma if log10_sigma < 308 else math.inf
     k = r["distance"].astype(np.float64)
     ln_norm = r["ln_spectral"] if measure != "probe" else r["ln_probe"]
     return pd.DataFrame({
@@ -232,7 +257,7 @@ def rnn_decay(T=256, d=32, rho=0.9, weight="orthogonal", activation="tanh", inpu
         "log10_probe": r["ln_probe"] / LN10,
         "log10_spectral": r["ln_spectral"] / LN10,
         "log10_linear": k * math.log10(rho),
-        "log10_bound": k * math.log10(sigma_max),    # gamma = 1: |tanh'| <= 1
+        "log10_bound": k * log10_sigma,              # gamma = 1: |tanh'| <= 1
         "log10_value": np.nan, "log10_score": np.nan,
     })
 
@@ -259,8 +284,8 @@ def path_summary(g, fit_from):
     k's norm are within the bound. ``log10_transient``: max_k (log10 norm - k log10 rho).
     """
     rate = fit_rate(g["log10_norm"].to_numpy() * LN10, fit_from)
-    sigma_max = float(g["sigma_max"].iloc[0])
-    bound = math.log(sigma_max)
+    bound = float(g["log10_bound"].iloc[0] / g["distance"].iloc[0]) * LN10   # ln sigma_max, also
+                                                                             # where sigma_max overflows
     first = g.iloc[0]
     excess = g["log10_norm"].to_numpy() - g["log10_bound"].to_numpy()
     return {
