@@ -180,6 +180,56 @@ def _check(X, W_xh, W_hh, b, h0, activation):
     return X, W_xh, W_hh, b, h0, batched
 
 
+def _check_finite(H, what):
+    """A NaN never leaves the kernel unannounced: finite inputs gave a non-finite result only if
+    the recurrence overflowed; say at which step and in which quantity."""
+    if np.isfinite(H).all():
+        return
+    bad = (~np.isfinite(H)).reshape(-1, H.shape[-2], H.shape[-1]).any(axis=-1)   # (B, T)
+    t = int(np.flatnonzero(bad.any(axis=0))[0])
+    seq = int(np.flatnonzero(bad[:, t])[0])
+    where = f" of sequence {seq}" if H.ndim == 3 else ""
+    raise FloatingPointError(
+        f"the RNN overflowed: {what} is not finite from step t={t + 1} of {H.shape[-2]}{where}, "
+        f"although every input is finite ({H.dtype} holds at most {np.finfo(H.dtype).max:.3g}). "
+        f"Scale X, W_xh or W_hh down (a spectral radius of W_hh above 1 grows like rho^t), "
+        f"or use float64.")
+
+
+def _check_states(X, H, W_xh, W_hh, h0, use_tanh):
+    """Cheap checks that H came from this forward: tanh states lie in [-1, 1], and the first two
+    steps imply the same bias b = phi^-1(h_t) - W_xh x_t - W_hh h_{t-1} (b itself is not passed)."""
+    top = float(np.abs(H).max())
+    if use_tanh and top > 1.0:
+        raise ValueError(f"H holds values up to {top:.3g} in magnitude, which tanh cannot produce: "
+                         f"was it computed with activation='identity'? Pass backward the "
+                         f"activation that forward used.")
+    T = H.shape[-2]
+    if T < 2:
+        return
+    x, h, hp = X.reshape(-1, *X.shape[-2:])[0], H.reshape(-1, *H.shape[-2:])[0], \
+        h0.reshape(-1, h0.shape[-1])[0]
+    prev = (hp, h[0])
+    with np.errstate(divide="ignore", invalid="ignore"):        # atanh(+-1): masked out below
+        a = [np.arctanh(h[t]) if use_tanh else h[t] for t in (0, 1)]
+    terms = [(W_xh @ x[t], W_hh @ prev[t]) for t in (0, 1)]
+    r = [a[t] - terms[t][0] - terms[t][1] for t in (0, 1)]
+    scale = sum(np.abs(a[t]) + np.abs(terms[t][0]) + np.abs(terms[t][1]) for t in (0, 1))
+    eps = np.finfo(H.dtype).eps
+    if use_tanh:                  # atanh amplifies rounding by 1 / (1 - h^2): leave saturated states out
+        ok = (np.abs(h[0]) < 0.9) & (np.abs(h[1]) < 0.9)
+        amp = 1.0 / (1.0 - np.maximum(h[0] ** 2, h[1] ** 2))
+    else:
+        ok, amp = np.ones(h.shape[-1], bool), 1.0
+    tol = 256 * eps * (scale * amp + float(np.abs(W_hh).sum(axis=1).max()) + 1.0)
+    gap = np.abs(r[0] - r[1])
+    if (ok & (gap > tol)).any():
+        raise ValueError(
+            f"H does not follow from X and h0: steps 1 and 2 imply different biases (largest "
+            f"difference {float(gap[ok].max()):.3g}). Pass backward the h0 and the activation "
+            f"that forward used (h0=None means zeros), and the H it returned for this X.")
+
+
 def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
     """Run the RNN over every position and return every state h_1..h_T.
 
@@ -193,17 +243,22 @@ def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
     if not batched:
         H = np.empty((X.shape[0], d_h), dtype=X.dtype)
         _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H)
-        return H
-    H = np.empty(X.shape[:2] + (d_h,), dtype=X.dtype)
-    _forward_batch(X, W_xh, W_hh, b, h0, use_tanh, H)
+    else:
+        H = np.empty(X.shape[:2] + (d_h,), dtype=X.dtype)
+        _forward_batch(X, W_xh, W_hh, b, h0, use_tanh, H)
+    _check_finite(H, "h_t")
     return H
 
 
 def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
     """Full backpropagation through time from an upstream gradient dH (shaped like H).
 
-    H must be the states that ``forward`` returned for these inputs. Returns an
-    ``RNNGrads`` with dX, dW_xh, dW_hh, db and dh0.
+    H must be the states that ``forward`` returned for these inputs, with the same h0
+    and activation. What is checked, cheaply: tanh states lie in [-1, 1], and the
+    first two steps of H follow from X, W_hh and h0 with one bias (b is not needed
+    here). What cannot be checked: later steps, states saturated past |h| = 0.9,
+    and whether dH is the gradient meant. Returns an ``RNNGrads`` with dX, dW_xh,
+    dW_hh, db and dh0.
     """
     shared_h0 = h0 is not None and np.ndim(h0) == 1 and np.ndim(X) == 3
     X, W_xh, W_hh, _, h0, batched = _check(X, W_xh, W_hh, None, h0, activation)
@@ -214,6 +269,7 @@ def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
     dH = v.as_float_array("dH", dH, X.ndim, dtype)
     v.check_shape("dH", dH, H.shape)
     use_tanh = activation == "tanh"
+    _check_states(X, H, W_xh, W_hh, h0, use_tanh)
     dA = _workspace.buffer("dA", H.shape, H.dtype)             # dl/da_t, shaped like H (internal)
     if batched:
         dh0 = _backward_batch(H, W_hh, dH, use_tanh, dA)
@@ -235,4 +291,5 @@ def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
     dX = matmul(dA2, W_xh).reshape(X.shape)
     if shared_h0:                      # one h0 broadcast over the batch: its gradient sums
         dh0 = dh0.sum(axis=0)
+    _check_finite(dX, "dl/dx_t")
     return RNNGrads(dX, dW_xh, dW_hh, db, dh0)

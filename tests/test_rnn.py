@@ -161,3 +161,65 @@ def test_saturated_tanh_states_stay_finite():
     H = rnn.forward(X * 1e3, W_xh * 1e3, W_hh, b)
     assert np.all(np.abs(H) <= 1.0) and np.isfinite(H).all()
     close(H, naive.rnn_forward(X * 1e3, W_xh * 1e3, W_hh, b), np.float64)
+
+
+# --------------------------------------------------------------------------- no silent wrong numbers
+
+def _draw(seed, T=12, d=6, batched=False, dtype=np.float64, scale=1.0):
+    rng = np.random.default_rng(seed)
+    X = (rng.normal(size=(3, T, d) if batched else (T, d)) * scale).astype(dtype)
+    W_xh = (rng.normal(size=(d, d)) / np.sqrt(d)).astype(dtype)
+    W_hh = (rng.normal(size=(d, d)) / np.sqrt(d)).astype(dtype)
+    return rng, X, W_xh, W_hh
+
+
+def test_backward_refuses_states_of_the_identity_forward():
+    _, X, W_xh, W_hh = _draw(0, scale=3.0)
+    H = rnn.forward(X, W_xh, W_hh, activation="identity")
+    assert np.abs(H).max() > 1
+    with pytest.raises(ValueError, match="activation"):
+        rnn.backward(X, H, W_xh, W_hh, np.ones_like(H))          # tanh by default
+
+
+def test_backward_refuses_a_forgotten_h0():
+    rng, X, W_xh, W_hh = _draw(1)
+    h0 = rng.normal(size=6)
+    H = rnn.forward(X, W_xh, W_hh, h0=h0)
+    with pytest.raises(ValueError, match="h0"):
+        rnn.backward(X, H, W_xh, W_hh, np.ones_like(H))          # h0 left out
+    rnn.backward(X, H, W_xh, W_hh, np.ones_like(H), h0=h0)       # with it: fine
+
+
+def test_backward_refuses_states_of_another_X():
+    rng, X, W_xh, W_hh = _draw(2)
+    H = rnn.forward(X, W_xh, W_hh)
+    with pytest.raises(ValueError, match="does not follow"):
+        rnn.backward(X + rng.normal(size=X.shape), H, W_xh, W_hh, np.ones_like(H))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("activation", ["tanh", "identity"])
+def test_matching_forward_and_backward_are_never_refused(dtype, batched, activation):
+    """The checks have no false alarms: with a bias, an h0, saturation, both dtypes."""
+    for seed in range(20):
+        rng, X, W_xh, W_hh = _draw(seed, batched=batched, dtype=dtype, scale=[0.1, 1, 5][seed % 3])
+        b = (rng.normal(size=6) * 2).astype(dtype)
+        h0 = rng.normal(size=(3, 6) if batched else 6).astype(dtype)
+        H = rnn.forward(X, W_xh, W_hh, b=b, h0=h0, activation=activation)
+        rnn.backward(X, H, W_xh, W_hh, np.ones_like(H), h0=h0, activation=activation)
+
+
+def test_overflow_is_announced_with_its_step():
+    _, X, W_xh, W_hh = _draw(3)
+    with pytest.raises(FloatingPointError, match=r"h_t is not finite from step t=1 "):
+        rnn.forward(X * 1e300, W_xh * 1e10, W_hh, activation="identity")
+    # the identity RNN at rho = 1.5 grows like 1.5^t: float64 overflows near t = 1750
+    d = 8
+    Q = np.linalg.qr(np.random.default_rng(0).normal(size=(d, d)))[0]
+    X = np.random.default_rng(1).normal(size=(2000, d))
+    with pytest.raises(FloatingPointError, match=r"step t=1[67]\d\d of 2000"):
+        rnn.forward(X, np.eye(d), 1.5 * Q, activation="identity")
+    with pytest.raises(FloatingPointError, match="float64"):
+        rnn.forward(X.astype(np.float32), np.eye(d, dtype=np.float32),
+                    (1.5 * Q).astype(np.float32), activation="identity")
