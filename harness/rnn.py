@@ -213,16 +213,18 @@ def _check_states(X, H, W_xh, W_hh, h0, use_tanh):
     with np.errstate(divide="ignore", invalid="ignore"):        # atanh(+-1): masked out below
         a = [np.arctanh(h[t]) if use_tanh else h[t] for t in (0, 1)]
     terms = [(W_xh @ x[t], W_hh @ prev[t]) for t in (0, 1)]
-    r = [a[t] - terms[t][0] - terms[t][1] for t in (0, 1)]
-    scale = sum(np.abs(a[t]) + np.abs(terms[t][0]) + np.abs(terms[t][1]) for t in (0, 1))
+    with np.errstate(invalid="ignore"):                           # inf - inf at atanh(+-1): masked
+        r = [a[t] - terms[t][0] - terms[t][1] for t in (0, 1)]
+        scale = sum(np.abs(a[t]) + np.abs(terms[t][0]) + np.abs(terms[t][1]) for t in (0, 1))
     eps = np.finfo(H.dtype).eps
     if use_tanh:                  # atanh amplifies rounding by 1 / (1 - h^2): leave saturated states out
         ok = (np.abs(h[0]) < 0.9) & (np.abs(h[1]) < 0.9)
-        amp = 1.0 / (1.0 - np.maximum(h[0] ** 2, h[1] ** 2))
+        amp = 1.0 / np.maximum(1.0 - np.maximum(h[0] ** 2, h[1] ** 2), 0.19)   # 0.19 = 1 - 0.9^2
     else:
         ok, amp = np.ones(h.shape[-1], bool), 1.0
     tol = 256 * eps * (scale * amp + float(np.abs(W_hh).sum(axis=1).max()) + 1.0)
-    gap = np.abs(r[0] - r[1])
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(r[0] - r[1])
     if (ok & (gap > tol)).any():
         raise ValueError(
             f"H does not follow from X and h0: steps 1 and 2 imply different biases (largest "
