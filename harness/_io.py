@@ -1,25 +1,42 @@
-"""Atomic file output and the one-line CLI error.
+"""File output that is all new or all old, and the one-line CLI error.
 
-A file is written next to its destination under a temporary name and renamed
-into place, so an interrupted run never leaves a half-written file that looks
-complete.
+A command's files are written into a staging folder beside their destination
+and moved into place together (``output_set``): a folder never holds a mix of
+two runs' files. A single file is written under a temporary name and renamed
+(``atomic_write_bytes``). Leftovers of a run killed with -9 carry its process
+id and are removed by the next run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
+
+from harness import _interrupt
+
+STAGING_PREFIX = ".harness-staging-"
 
 
 class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
-def ensure_writable_dir(path, arg="--out"):
-    """Create ``path`` if needed and check that files can be written into it."""
-    p = Path(path)
+def check_name(path, arg="--out"):
+    """A path whose bytes are not UTF-8 cannot be printed or written into the report: refuse it."""
+    text = os.fspath(path)
+    if any("\udc80" <= c <= "\udcff" for c in text):
+        raise UsageError(f"{arg}: the name {ascii(text)} holds bytes that are not UTF-8; "
+                         f"please use a UTF-8 name")
+    return text
+
+
+def ensure_writable_dir(path, arg="--out", files=()):
+    """Create ``path`` if needed and check that ``files`` can be written into it."""
+    p = Path(check_name(path, arg))
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -28,6 +45,10 @@ def ensure_writable_dir(path, arg="--out"):
         raise UsageError(f"{arg}: {str(p)!r} exists and is not a directory")
     if not os.access(p, os.W_OK | os.X_OK):
         raise UsageError(f"{arg}: directory {str(p)!r} is not writable")
+    for name in files:
+        if (p / name).is_dir():
+            raise UsageError(f"{arg}: {str(p / name)!r} is a directory, where the file {name} "
+                             f"goes; move it away")
     return p
 
 
@@ -38,12 +59,24 @@ def umask():
     return mask
 
 
+def remove_stale(folder, pattern):
+    """Remove leftovers named by ``pattern`` (a regex whose group 1 is a pid) of dead processes."""
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return
+    for p in entries:
+        m = re.fullmatch(pattern, p.name)
+        if m and not _interrupt.pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def output_dir(path, arg="--out"):
+def output_dir(path, arg="--out", files=()):
     """``ensure_writable_dir`` for the length of a command: if the command fails, a
     directory that this run created and left empty is removed again."""
     existed = os.path.lexists(path)
-    out = ensure_writable_dir(path, arg)
+    out = ensure_writable_dir(path, arg, files)
     try:
         yield out
     except BaseException:
@@ -53,6 +86,74 @@ def output_dir(path, arg="--out"):
             except OSError:
                 pass
         raise
+
+
+class OutputSet:
+    """A command's files, staged and then moved into ``folder`` together.
+
+    ``write_csv`` / ``write_text`` stage a file; ``commit`` moves every staged file
+    into place with signals held back, putting the old files back if a move fails,
+    so that the folder holds one run's files: all new, or all old.
+    """
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        remove_stale(self.folder, re.escape(STAGING_PREFIX) + r"(\d+)-.*")
+        self.stage = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-",
+                                           dir=self.folder))
+        self.names = []
+
+    def write_bytes(self, name, data):
+        with open(self.stage / name, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(self.stage / name, 0o666 & ~umask())
+        self.names.append(name)
+
+    def write_text(self, name, text):
+        self.write_bytes(name, text.encode("utf-8"))
+
+    def write_csv(self, name, frame):
+        self.write_text(name, frame.to_csv(index=False))
+
+    def commit(self):
+        _interrupt.checkpoint()                  # a swallowed signal stops here, before any move
+        old = self.stage / ".old"
+        old.mkdir()
+        moved = []
+        with _interrupt.deferred():
+            try:
+                for name in self.names:
+                    dest = self.folder / name
+                    if os.path.lexists(dest):
+                        os.replace(dest, old / name)
+                    moved.append(name)
+                    os.replace(self.stage / name, dest)
+            except BaseException:
+                for name in reversed(moved):     # put the old set back
+                    dest = self.folder / name
+                    with contextlib.suppress(OSError):
+                        os.replace(dest, self.stage / name)
+                    with contextlib.suppress(OSError):
+                        if os.path.lexists(old / name):
+                            os.replace(old / name, dest)
+                raise
+
+    def discard(self):
+        shutil.rmtree(self.stage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def output_set(folder):
+    """``with output_set(out) as files: files.write_csv(...)``: committed together at the end
+    of the block, discarded (the old files untouched) if the block raises."""
+    files = OutputSet(folder)
+    try:
+        yield files
+        files.commit()
+    finally:
+        files.discard()
 
 
 def atomic_write_bytes(path, data: bytes):

@@ -14,8 +14,8 @@ import importlib
 import os
 import signal
 import sys
-import threading
 
+from harness import _interrupt
 from harness._io import UsageError
 
 from harness.commands import COMMANDS
@@ -58,37 +58,43 @@ def print_short_help(parser, stream=None):
         print(f"  {name:8s} {mod.HELP}\n           {mod.EXAMPLE}", file=stream)
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt    # so that SIGTERM unwinds like Ctrl-C: no half-written output
-
-
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
         print_short_help(parser)
         return 2
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
-    try:
-        return int(args._run(args) or 0)
-    except UsageError as e:
-        print(f"harness {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, TypeError, MemoryError) as e:
-        # the analysers check their own arguments and say which one is wrong; the command
-        # line shows that as one line. HARNESS_DEBUG=1 shows the traceback instead.
-        if os.environ.get("HARNESS_DEBUG"):
-            raise
-        print(f"harness {args.command}: error: {type(e).__name__}: {e}".splitlines()[0]
-              + " (HARNESS_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"harness {args.command}: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+    name = f"harness {args.command}"
+    debug = bool(os.environ.get("HARNESS_DEBUG"))
+    with _interrupt.installed():
+        try:
+            rc = int(args._run(args) or 0)
+            _interrupt.checkpoint()            # a signal whose exception was swallowed: not a success
+            return rc
+        except UsageError as e:
+            print(f"{name}: error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            sig = _interrupt.received() or signal.SIGINT
+            print(f"{name}: interrupted ({signal.Signals(sig).name}); nothing was written "
+                  f"that looks complete", file=sys.stderr)
+            return 128 + int(sig)
+        except (ValueError, TypeError, MemoryError, FloatingPointError) as e:
+            # the analysers check their own arguments and say which one is wrong; the command
+            # line shows that as one line. HARNESS_DEBUG=1 shows the traceback instead.
+            if debug:
+                raise
+            print(f"{name}: error: {type(e).__name__}: {e}".splitlines()[0]
+                  + " (HARNESS_DEBUG=1 shows the traceback)", file=sys.stderr)
+            return 2
+        except OSError as e:
+            # a write that failed after the checks (a full disk, a file turned read-only)
+            if debug:
+                raise
+            where = f": {e.filename}" if e.filename else ""
+            print(f"{name}: error: cannot write{where}: {e.strerror or e}; the previous files, "
+                  f"if any, are untouched", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

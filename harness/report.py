@@ -13,6 +13,7 @@ like a finished report.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import glob
@@ -21,6 +22,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -36,7 +38,8 @@ import seaborn as sns  # noqa: E402
 
 from harness import clipping, depth, gradpath, lessons, machine, schedule, walltime  # noqa: E402
 from harness._fit import log_crossing  # noqa: E402
-from harness._io import UsageError, atomic_write_text, umask  # noqa: E402
+from harness import _interrupt  # noqa: E402
+from harness._io import UsageError, atomic_write_text, check_name, remove_stale, umask  # noqa: E402
 from harness.config import QUICK_REPORT as QUICK  # noqa: E402,F401
 from harness.config import REPORT as DEFAULT  # noqa: E402
 from harness.models import ATTENTION as ATT  # noqa: E402
@@ -389,6 +392,8 @@ def read_asv_results(results_dir):
                 data = json.load(fh)
         except (OSError, ValueError):
             continue
+        if not isinstance(data, dict) or not isinstance(data.get("results", {}), dict):
+            continue                                  # not an asv results file
         columns = data.get("result_columns", ["result", "params"])
         for name, entry in data.get("results", {}).items():
             if ".time_" not in name and not name.startswith("time_"):
@@ -543,44 +548,94 @@ def render_html(sections, meta, command):
     return "\n".join(parts)
 
 
+def check_out(out):
+    """The report folder, resolved; a UsageError at once for one that cannot be used."""
+    check_name(out)
+    path = Path(out).resolve()                     # a symlink to a folder: that folder
+    cwd = Path.cwd().resolve()
+    if path == cwd or path in cwd.parents:
+        raise UsageError(f"--out: {str(out)!r} is the current directory or holds it; the report "
+                         f"replaces its folder whole, so give it a folder of its own")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError(f"--out: {str(out)!r} exists and is not an empty directory")
+    return path
+
+
+@contextlib.contextmanager
+def _lock(path):
+    """One report at a time per folder: a second run with the same --out refuses at once."""
+    lock = path.parent / f".{path.name}.lock"
+    while True:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and _interrupt.pid_alive(pid):
+                raise UsageError(f"--out: another harness report (pid {pid}) is writing "
+                                 f"{str(path)!r}; wait for it or choose another folder") from None
+            lock.unlink(missing_ok=True)           # left by a run killed with -9
+    try:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
 def build_report(out, config=DEFAULT, progress=None, command="harness report"):
     """Write the report folder ``out`` (must not exist or be empty). Returns its path."""
-    out = Path(out)
+    out = check_out(out)
     progress = progress or (lambda msg: None)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"--out: {str(out)!r} exists and is not an empty directory")
     parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
     except OSError as e:
         raise UsageError(f"--out: cannot write in {str(parent)!r}: {e.strerror}") from None
-    started = time.perf_counter()
-    try:
-        sections = []
-        for key, title, frames, figs in _sections(config, progress):
-            for name, frame in frames.items():
-                frame.to_csv(stage / f"{name}.csv", index=False)
-            # captions and figures are drawn from the frames as the CSVs hold them
-            back = {name: pd.read_csv(stage / f"{name}.csv") for name in frames}
-            for stem, fn in figs:
-                _save(fn(back), stage, stem)
-            sec = Section(key, title, frames, CAPTIONS[key](back), [s for s, _ in figs])
-            if key == "depth":
-                sec.table_html = _table1(back["depth"])
-            sections.append(sec)
-        meta = {"date": _dt.datetime.now().isoformat(timespec="seconds"), **machine.describe(),
-                "seconds": f"{time.perf_counter() - started:.1f}"}
-        (stage / "machine.json").write_text(json.dumps(meta, indent=1, default=str))
-        # index.html last: its presence marks a complete report
-        atomic_write_text(stage / "index.html", render_html(sections, meta, command))
-        os.chmod(stage, 0o777 & ~umask())           # mkdtemp makes 0700
-        for path in stage.iterdir():
-            os.chmod(path, 0o666 & ~umask())
-        if out.exists():
-            out.rmdir()
-        os.replace(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    with _lock(out):
+        remove_stale(parent, re.escape(f".{out.name}.") + r"(\d+)\..*\.partial")
+        try:
+            stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".partial",
+                                          dir=parent))
+        except OSError as e:
+            raise UsageError(f"--out: cannot write in {str(parent)!r}: {e.strerror}") from None
+        try:
+            _build(stage, config, progress, command)
+            check_out(out)                         # still free: nothing appeared meanwhile
+            with _interrupt.deferred():            # a signal now waits for the rename
+                if out.exists():
+                    out.rmdir()
+                os.replace(stage, out)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
     return out
+
+
+def _build(stage, config, progress, command):
+    started = time.perf_counter()
+    sections = []
+    for key, title, frames, figs in _sections(config, progress):
+        _interrupt.checkpoint()
+        for name, frame in frames.items():
+            frame.to_csv(stage / f"{name}.csv", index=False)
+        # captions and figures are drawn from the frames as the CSVs hold them
+        back = {name: pd.read_csv(stage / f"{name}.csv") for name in frames}
+        for stem, fn in figs:
+            _save(fn(back), stage, stem)
+        sec = Section(key, title, frames, CAPTIONS[key](back), [s for s, _ in figs])
+        if key == "depth":
+            sec.table_html = _table1(back["depth"])
+        sections.append(sec)
+    meta = {"date": _dt.datetime.now().isoformat(timespec="seconds"), **machine.describe(),
+            "seconds": f"{time.perf_counter() - started:.1f}"}
+    (stage / "machine.json").write_text(json.dumps(meta, indent=1, default=str))
+    # index.html last: its presence marks a complete report
+    atomic_write_text(stage / "index.html", render_html(sections, meta, command))
+    os.chmod(stage, 0o777 & ~umask())           # mkdtemp makes 0700
+    for path in stage.iterdir():
+        os.chmod(path, 0o666 & ~umask())
+    _interrupt.checkpoint()                     # a swallowed signal stops before the rename

@@ -20,6 +20,9 @@ example:
 EXAMPLE = "harness compare --threads 1 --out reports/compare"
 
 
+FILES = ("compare.csv", "compare_summary.csv")
+
+
 def add_arguments(p):
     p.add_argument("--out", default="reports/compare", help="directory for compare.csv and "
                    "compare_summary.csv (default: %(default)s)")
@@ -44,7 +47,7 @@ def run(args):
     from harness._io import output_dir
     base = C.QUICK_COMPARE if args.quick else C.COMPARE
     config = dataclasses.replace(base, threads=args.threads, repeats=args.repeats)
-    with output_dir(args.out) as out:
+    with output_dir(args.out, files=FILES) as out:
         return _run(args, config, out)
 
 
@@ -52,7 +55,7 @@ def _run(args, config, out):
     import sys
 
     from harness import compare
-    from harness._io import atomic_write_csv
+    from harness._io import output_set
     from harness._progress import Progress, warm_up_kernels
 
     progress = Progress("harness compare", args.quiet)
@@ -63,8 +66,9 @@ def _run(args, config, out):
     todo = compare.cases(config)
     with progress.steps(len(todo), "cases") as step:
         timings, summary = compare.run_comparison(config, progress=step)
-    atomic_write_csv(timings, out / "compare.csv")
-    atomic_write_csv(summary, out / "compare_summary.csv")
+    with output_set(out) as files:
+        files.write_csv(FILES[0], timings)
+        files.write_csv(FILES[1], summary)
     print(compare.format_summary(summary))
     print(f"\nwrote {out / 'compare.csv'} and {out / 'compare_summary.csv'}")
     return 0

@@ -22,6 +22,8 @@ example:
   harness decay --rho 0.5 0.9 1.1 --activation tanh --T 1000 --d 64 --out reports/decay
 """
 
+FILES = ("decay.csv", "decay_summary.csv", "decay_clipping.csv", "decay_additive.csv")
+
 # DecayConfig field -> the flag that sets it
 FLAGS = {"rhos": "--rho", "activations": "--activation", "weights": "--weight",
          "input_scales": "--input-scale", "Ts": "--T", "ds": "--d", "seed": "--seed",
@@ -82,12 +84,12 @@ def run(args):
     import pandas as pd
 
     from harness import clipping, gradpath, lessons
-    from harness._io import atomic_write_csv, output_dir
+    from harness._io import output_dir, output_set
     from harness._progress import Progress, warm_up_kernels
 
     decay, clip = configs(args)           # every check first: a bad argument creates nothing
     progress = Progress("harness decay", args.quiet)
-    with output_dir(args.out) as out:
+    with output_dir(args.out, files=FILES) as out:
         t0 = time.perf_counter()
         warm_up_kernels(progress)
         jobs = gradpath.sweep_configurations(decay)
@@ -96,10 +98,9 @@ def run(args):
                 decay, progress=lambda i, n, job: step(" ".join(f"{k}={v}" for k, v in job.items())))
         clip_frame = clipping.clipping_experiment(**asdict(clip))
         additive = lessons.lesson_additive_routes()
-        atomic_write_csv(frame, out / "decay.csv")
-        atomic_write_csv(summary, out / "decay_summary.csv")
-        atomic_write_csv(clip_frame, out / "decay_clipping.csv")
-        atomic_write_csv(additive, out / "decay_additive.csv")
+        with output_set(out) as files:             # the four files move in together
+            for name, f in zip(FILES, (frame, summary, clip_frame, additive)):
+                files.write_csv(name, f)
         cols = ["model", "weight", "activation", "rho", "input_scale", "T", "d", "fitted_rate",
                 "theory_rate", "bound_rate", "bound_respected", "log10_far"]
         with pd.option_context("display.width", 200, "display.max_rows", 500):

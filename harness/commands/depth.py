@@ -27,6 +27,10 @@ example:
 EXAMPLE = "harness depth --T 50 800 1000 2000 --d 512 --out reports/depth"
 
 
+FILES = ("depth.csv", "schedule.csv")
+MEASURED = ("timings.csv", "scaling.csv", "machine.csv")
+
+
 def add_arguments(p):
     D, S, W = C.DEPTH, C.SCHEDULE, C.WALL
     p.add_argument("--T", type=int, nargs="+", default=list(D.T_values), metavar="T",
@@ -105,7 +109,8 @@ def run(args):
     if args.out is None:
         return _run(args, dcfg, scfg, wcfg, None)
     from harness._io import output_dir
-    with output_dir(args.out) as out_dir:
+    files = FILES if args.no_measure else FILES + MEASURED
+    with output_dir(args.out, files=files) as out_dir:
         return _run(args, dcfg, scfg, wcfg, out_dir)
 
 
@@ -116,7 +121,7 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
     import pandas as pd
 
     from harness import depth, machine, schedule, walltime
-    from harness._io import atomic_write_csv
+    from harness._io import output_set
     from harness._progress import Progress, warm_up_kernels
 
     t0 = time.perf_counter()
@@ -185,7 +190,8 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
         _print("fitted exponents of time against T", expo)
         _print("strong scaling (BLAS and Numba threads set together)", scaling)
     if out_dir is not None:
-        for name, frame in outputs.items():
-            atomic_write_csv(frame, out_dir / name)
+        with output_set(out_dir) as files:       # one run's files, moved in together
+            for name, frame in outputs.items():
+                files.write_csv(name, frame)
     print(f"\nharness depth: {time.perf_counter() - t0:.1f} s", file=sys.stdout)
     return 0

@@ -45,6 +45,7 @@ def run(args):
 
     from harness import report
     from harness._progress import Progress, warm_up_kernels
+    report.check_out(out)                 # a folder that cannot be used is refused before any work
 
     progress = Progress("harness report", args.quiet)
     warm_up_kernels(progress)
