@@ -82,6 +82,21 @@ def run_sweep(config, progress=None):
     return frame, summarise(frame, config.fit_from)
 
 
+FLOPS_PER_SECOND = 5e9          # a modest one-core rate: expected_seconds is a warning, not a promise
+
+
+def expected_seconds(config):
+    """Rough seconds of the sweep: each family module's ``path_flops`` (where it has one) at
+    FLOPS_PER_SECOND."""
+    import importlib
+    total = 0.0
+    for job in sweep_configurations(config):
+        flops = getattr(importlib.import_module(f"harness.models.{job['model']}"), "path_flops", None)
+        if flops is not None:
+            total += flops(job["T"], job["d"], config)
+    return total / FLOPS_PER_SECOND
+
+
 def stage_memory_bytes(T, d, config=DEFAULT):
     """Peak bytes of each stage of one (T, d) configuration of the sweep, as {stage: bytes}.
 

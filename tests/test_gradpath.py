@@ -586,3 +586,13 @@ def test_tanh_trajectory_refuses_a_rho_it_cannot_represent():
     assert raised >= 1                                 # 1.7e308 * Q overflows its products
     f = mrnn.rnn_decay(T=5, d=4, rho=1e200, activation="tanh")   # saturated, but finite
     assert np.isfinite(f.log10_norm).all()
+
+
+def test_a_long_sweep_says_so_before_it_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(gradpath, "run_sweep", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert cli.main(["decay", "--d", "4000", "--T", "2", "--no-attention", "--out",
+                     str(tmp_path / "o")]) == 130
+    err = capsys.readouterr().err
+    assert "GFLOP: expect" in err and "minutes" in err
+    cfg = gradpath.DecayConfig(ds=(4000,), Ts=(2,), models=("rnn",))
+    assert gradpath.stage_memory_bytes(2, 4000, cfg)["RNN weights"] == 6 * 4000 ** 2 * 8

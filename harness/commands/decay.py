@@ -93,6 +93,11 @@ def run(args):
         t0 = time.perf_counter()
         warm_up_kernels(progress)
         jobs = gradpath.sweep_configurations(decay)
+        seconds = gradpath.expected_seconds(decay)
+        if seconds > 60:
+            progress.line(f"this sweep does about {seconds * gradpath.FLOPS_PER_SECOND / 1e9:,.0f} "
+                          f"GFLOP: expect {seconds / 60:.0f} minutes or more (LAPACK calls are not "
+                          f"interrupted at once by Ctrl-C)")
         with progress.steps(len(jobs), "gradient paths") as step:
             frame, summary = gradpath.run_sweep(
                 decay, progress=lambda i, n, job: step(" ".join(f"{k}={v}" for k, v in job.items())))

@@ -298,9 +298,17 @@ def path_summary(g, fit_from):
     }
 
 
+def path_flops(T, d, config):
+    """Floating-point operations of one configuration, roughly: the QR or eigenvalues of the
+    d x d matrix (~10 d^3, the gaussian's), the probe's T d^2, the exact product's 2 T d^3."""
+    exact = config.measure == "exact" or (config.measure == "both" and d <= config.exact_max_d)
+    return 10 * d ** 3 + 4 * T * d * d + (2 * T * d ** 3 if exact else 0)
+
+
 def path_memory(T, d, config):
     """Peak bytes of each stage of one (T, d) configuration of the sweep."""
-    stages = {"RNN trajectory": 8 * T * d * 8}                       # X, H, A, S, V, ... (T, d)
+    stages = {"RNN trajectory": 8 * T * d * 8,                       # X, H, A, S, V, ... (T, d)
+              "RNN weights": 6 * d * d * 8}                          # G, Q, R, W_xh, LAPACK's work
     if config.measure == "exact" or (config.measure == "both" and d <= config.exact_max_d):
         stages["exact Jacobian products"] = 2 * (T - 1) * d * d * 8   # P and its normalised copy
     return stages
