@@ -25,3 +25,17 @@ def matmul(A, B, out=None):
     _dot(A if (A.flags.c_contiguous or A.flags.f_contiguous) else np.ascontiguousarray(A),
          B if (B.flags.c_contiguous or B.flags.f_contiguous) else np.ascontiguousarray(B), out)
     return out
+
+
+@njit(cache=True)
+def gemv_steps(W, h, out, steps):
+    """``steps`` dependent matrix-vector products, h <- W h / ||W h||: the RNN's recurrence
+    with nothing else, for its multiply rate (the normalisation keeps h finite)."""
+    for _ in range(steps):
+        np.dot(W, h, out)
+        s = 0.0
+        for i in range(out.shape[0]):
+            s += out[i] * out[i]
+        s = np.sqrt(s) + 1e-300
+        for i in range(out.shape[0]):
+            h[i] = out[i] / s

@@ -88,6 +88,7 @@ class LessonConfig:
     d_model: int = 16                     # token width of the attention-map experiment
     token_lengths: tuple = (1.0, 3.0)     # the lesson's length 1 and "three times longer"
     d_k_values: tuple = (8, 16, 32, 64, 128, 256, 512)
+    draws: int = 2000                     # the d_k experiment is a distribution over this many draws
     seed: int = 0
     va_scales: tuple = (0.5, 2.0)         # scales of va for the additive routes: the lesson's 0.5, and 4x
 

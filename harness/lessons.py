@@ -69,23 +69,66 @@ def diagonal_share(maps):
     return pd.DataFrame(out)
 
 
-def row_max_vs_dk(config=DEFAULT):
-    """Mean row maximum of softmax(Q K^T) for random Q, K as d_k grows, scaled and unscaled.
+# The self-attention lesson's printed single draw: the mean row maximum at d_k = 8 and 512
+LESSON_ROW_MAX = {(8, False): 0.558, (512, False): 0.983, (8, True): 0.330, (512, True): 0.486}
 
-    The same random vectors throughout: d_k = 8 uses the first 8 coordinates of
-    the d_k = 512 draw. Columns: d_k, scaled, row_max.
+
+def row_max_draws(config=DEFAULT):
+    """The d_k experiment over ``config.draws`` independent draws: (d_k values, array).
+
+    Each draw is a Q and a K of T = 6 rows with N(0, 1) entries, 512 wide; d_k takes
+    their first d_k coordinates (the same vectors at every d_k, as in the lesson).
+    Returns the array (draws, len(d_k_values), 2) of the mean row maximum of
+    softmax(Q K^T) unscaled ([..., 0]) and divided by sqrt(d_k) ([..., 1]).
     """
     T = len(SENTENCE)
     rng = np.random.default_rng(config.seed)
     d_max = max(config.d_k_values)
-    Q_all, K_all = rng.normal(size=(T, d_max)), rng.normal(size=(T, d_max))
+    Q = rng.normal(size=(config.draws, T, d_max))
+    K = rng.normal(size=(config.draws, T, d_max))
+    out = np.empty((config.draws, len(config.d_k_values), 2))
+    for j, d_k in enumerate(config.d_k_values):
+        E = np.einsum("nik,njk->nij", Q[..., :d_k], K[..., :d_k])          # (draws, T, T)
+        for s, div in enumerate((1.0, math.sqrt(d_k))):
+            out[:, j, s] = reference.softmax_rows(E / div).max(axis=-1).mean(axis=-1)
+    return out
+
+
+def row_max_vs_dk(config=DEFAULT):
+    """Mean row maximum of softmax(Q K^T) for random Q, K as d_k grows, scaled and unscaled,
+    as a distribution over ``config.draws`` draws, never one draw.
+
+    Columns: d_k, scaled, row_max (the mean over draws), mean_lo / mean_hi (its 95 %
+    interval, mean +- 1.96 standard errors), band_lo / band_hi (2.5th and 97.5th
+    percentiles of single draws: where one draw, like the lesson's, falls), draws.
+    """
+    x = row_max_draws(config)
     rows = []
-    for d_k in config.d_k_values:
-        Q, K = Q_all[:, :d_k], K_all[:, :d_k]
-        for scaled in (False, True):
-            # Q = K-side inputs with identity "projections" would square them, so score directly
-            A = reference.softmax_rows(Q @ K.T / (np.sqrt(d_k) if scaled else 1.0))
-            rows.append({"d_k": d_k, "scaled": scaled, "row_max": float(A.max(axis=1).mean())})
+    for j, d_k in enumerate(config.d_k_values):
+        for s, scaled in enumerate((False, True)):
+            v = x[:, j, s]
+            half = 1.96 * v.std(ddof=1) / math.sqrt(v.size)
+            lo, hi = np.quantile(v, [0.025, 0.975])
+            rows.append({"d_k": d_k, "scaled": scaled, "row_max": float(v.mean()),
+                         "mean_lo": float(v.mean() - half), "mean_hi": float(v.mean() + half),
+                         "band_lo": float(lo), "band_hi": float(hi), "draws": int(v.size)})
+    return pd.DataFrame(rows)
+
+
+def lesson_draw_percentiles(config=DEFAULT):
+    """Where the lesson's single-draw figures fall on the distribution of draws.
+
+    Columns: d_k, scaled, lesson_row_max, percentile (share of draws below it, in %),
+    mean_row_max (over the draws)."""
+    x = row_max_draws(config)
+    rows = []
+    for (d_k, scaled), value in LESSON_ROW_MAX.items():
+        if d_k not in config.d_k_values:
+            continue
+        v = x[:, list(config.d_k_values).index(d_k), int(scaled)]
+        rows.append({"d_k": d_k, "scaled": scaled, "lesson_row_max": value,
+                     "percentile": float(100.0 * (v < value).mean()),
+                     "mean_row_max": float(v.mean())})
     return pd.DataFrame(rows)
 
 

@@ -59,3 +59,48 @@ def median_seconds(fn, rounds=5, min_sample_s=0.1):
     """The median seconds per call of one callable (a single-variant ``time_interleaved``)."""
     samples, _ = time_interleaved({"fn": fn}, rounds, min_sample_s)
     return float(np.median(samples["fn"]))
+
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+
+
+def median_interval(samples, seed=0):
+    """(median, low, high): the median of the rounds and its 95 % bootstrap interval
+    (``scipy.stats.bootstrap``, percentile method); low = high = NaN under 3 rounds."""
+    x = np.asarray(samples, dtype=float)
+    med = float(np.median(x))
+    if x.size < 3 or np.all(x == x[0]):
+        return med, (med if x.size >= 3 else math.nan), (med if x.size >= 3 else math.nan)
+    from scipy import stats
+    ci = stats.bootstrap((x,), np.median, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
+                         method="percentile", random_state=seed).confidence_interval
+    return med, float(ci.low), float(ci.high)
+
+
+def noise_floor(fn, rounds=9, min_sample_s=0.02, seed=0):
+    """The same callable timed under two labels, interleaved: any ratio between them is noise.
+
+    Returns {"noise_ratio": median(a) / median(b), "noise_ratio_lo"/"_hi": its 95 % interval
+    from paired resampling of the rounds, "noise_floor": the relative difference below which
+    two timings here are not told apart (the interval's larger distance from 1)}.
+    """
+    samples, _ = time_interleaved({"a": fn, "b": fn}, rounds, min_sample_s, seed=seed)
+    a, b = samples["a"], samples["b"]
+    ratio = float(np.median(a) / np.median(b))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, rounds, size=(RESAMPLES, rounds))         # paired: the same rounds
+    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    lo, hi = (float(q) for q in np.quantile(boot, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]))
+    return {"noise_ratio": ratio, "noise_ratio_lo": lo, "noise_ratio_hi": hi,
+            "noise_floor": max(abs(hi - 1.0), abs(1.0 - lo), abs(ratio - 1.0))}
+
+
+def compare_to_floor(ratio, lo, hi, floor):
+    """Words for a ratio a/b with its interval, against the noise floor: a ranking only when
+    the whole interval lies outside 1 +- floor."""
+    if lo > 1.0 + floor:
+        return "slower"
+    if hi < 1.0 - floor:
+        return "faster"
+    return "no measurable difference"

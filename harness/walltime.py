@@ -40,24 +40,61 @@ def _calls(T, d, seed, dtype=np.float64):
 
 
 def measure_wall_times(config=DEFAULT, T_values=None):
-    """Wall time of every timed variant over T: model, T, d, threads, seconds (median of the
-    rounds), seconds per step and MAC rate; ``macs`` counts every product the call does."""
+    """Wall time of every timed variant over T, in interleaved rounds (``harness.timing``).
+
+    One row per (model, T): threads, ``seconds`` (the median of ``config.rounds`` rounds) with
+    ``seconds_lo`` / ``seconds_hi`` (its 95 % bootstrap interval), seconds per step and MAC
+    rate; ``macs`` counts every product the call does. The rounds themselves are kept in
+    ``frame.attrs["samples"]`` (model, T, d, round, seconds) for the intervals of what is
+    derived from them (``measured_crossover``, ``fit_exponents``).
+    """
     from harness import machine
     T_values = config.T_values if T_values is None else T_values
     variants = models.variants()
-    rows = {}
+    rows, long = {}, []
     with machine.threads(config.threads):
         for T in T_values:
             samples, _ = timing.time_interleaved(_calls(T, config.d, config.seed), config.rounds,
                                                  config.min_sample_s, seed=T)
             for name in variants:
-                sec = float(np.median(samples[name]))
+                sec, lo, hi = timing.median_interval(samples[name], seed=T)
                 macs = variants[name][1].macs(T, config.d)
                 rows[name, T] = dict(model=name, T=T, d=config.d, threads=config.threads,
                                      seconds=sec, seconds_per_step=sec / T, macs=macs,
-                                     gmacs_per_s=macs / sec / 1e9)
+                                     gmacs_per_s=macs / sec / 1e9, seconds_lo=lo, seconds_hi=hi,
+                                     rounds=config.rounds)
+                long.extend(dict(model=name, T=T, d=config.d, round=r, seconds=float(x))
+                            for r, x in enumerate(samples[name]))
     # one block per variant, as the tables read
-    return pd.DataFrame([rows[name, T] for name in variants for T in T_values])
+    frame = pd.DataFrame([rows[name, T] for name in variants for T in T_values])
+    frame.attrs["samples"] = pd.DataFrame(long)
+    return frame
+
+
+def matmul_rates(d, config=DEFAULT, T=None):
+    """Multiply rates (GMAC/s) of the two products the families are made of, each timed by its
+    own microbenchmark at width d: ``gemm`` the grid's (T x d) @ (d x T), ``gemv`` the
+    recurrence's T dependent (d x d) @ (d,) steps. T defaults to 2d, past the counted crossover.
+    Returns {"gemm_gmacs": ..., "gemv_gmacs": ...} with their 95 % intervals (``_lo``, ``_hi``)."""
+    from harness import machine
+    from harness._blas import gemv_steps, matmul
+    T = 2 * d if T is None else T
+    rng = np.random.default_rng(config.seed)
+    Q, K = rng.standard_normal((T, d)), rng.standard_normal((d, T))
+    S = np.empty((T, T))
+    W, h, out = rng.standard_normal((d, d)) / math.sqrt(d), rng.standard_normal(d), np.empty(d)
+    fns = {"gemm": lambda: matmul(Q, K, S), "gemv": lambda: gemv_steps(W, h, out, T)}
+    with machine.threads(config.threads):
+        samples, _ = timing.time_interleaved(fns, max(config.rounds, 5), config.min_sample_s,
+                                             seed=d)
+    macs = {"gemm": T * T * d, "gemv": T * d * d}
+    res = {}
+    for k, s in samples.items():
+        med, lo, hi = timing.median_interval(s, seed=d)
+        res[f"{k}_gmacs"] = macs[k] / med / 1e9
+        res[f"{k}_gmacs_lo"] = macs[k] / hi / 1e9          # slower time, lower rate
+        res[f"{k}_gmacs_hi"] = macs[k] / lo / 1e9
+    return res
 
 
 def _crossing(pa, pr, T_max, extrapolate_max):
@@ -72,66 +109,113 @@ def _crossing(pa, pr, T_max, extrapolate_max):
     return math.exp(logT)
 
 
-def measured_crossover(times, config=DEFAULT):
+def _crossings(w, rate, variant, base, d, config, variants):
+    """(measured_T, extrapolated_T, rate ratio, T_at) of one variant against the baseline."""
+    Ts = w.index.to_numpy(dtype=float)
+    r = np.log(w[variant] / w[base]).to_numpy()
+    cross = log_crossing(Ts, r)
+    if math.isnan(cross) and len(r) and r[0] >= 0:
+        cross = Ts[0]          # already slower at the smallest T
+    upper = Ts >= min(config.fit_min_T, Ts.max())
+    pa = power_law(Ts[upper], w[variant].to_numpy()[upper])
+    pr = power_law(Ts[upper], w[base].to_numpy()[upper])
+    extra = _crossing(pa, pr, Ts.max(), config.extrapolate_max)
+    # throughputs at the sampled T nearest the crossover (the largest T if none)
+    at = cross if not math.isnan(cross) else extra
+    T_at = int(Ts[np.argmin(np.abs(np.log(Ts) - math.log(at)))]
+               if math.isfinite(at) and at > 0 else Ts.max())
+    speed = float(rate.loc[T_at, variant] / rate.loc[T_at, base])
+    return cross, extra, speed, T_at
+
+
+def measured_crossover(times, config=DEFAULT, rates=None, resamples=timing.RESAMPLES):
     """Where each variant's measured time overtakes the baseline's, against the counted crossover.
 
     One row per (d, variant other than the baseline). ``measured_T``: log(t_v / t_base)
     interpolated linearly in log T between the two sampled T that bracket the
     sign change (NaN if the sweep does not bracket it; the first T if the variant
-    is already slower there). ``extrapolated_T``: the same from power laws fitted
-    for T >= ``fit_min_T`` (used when the sweep ends first); NaN when fewer than
-    two T are fitted, when the fitted curves do not cross, or when they cross
-    below T = 1 or past ``extrapolate_max`` x the largest T sampled. ``counted_T``:
-    where the closed-form counts cross (d for the grid, 2 T^2 d = 2 T d^2; none with
-    the projections, which alone already cost 1.5 x the RNN). ``predicted_T`` =
-    counted_T x (the variant's MAC rate / the baseline's), the rates taken at the
-    sampled T nearest the crossover (``rate_at_T``); ``measured_over_counted`` is
-    the crossover in units of d.
+    is already slower there); ``measured_T_lo`` / ``_hi``: its 95 % interval, from
+    resampling the timing rounds (the same rounds for every variant and T, as they
+    were taken together), when ``times.attrs["samples"]`` holds them.
+    ``extrapolated_T``: the same from power laws fitted for T >= ``fit_min_T`` (used
+    when the sweep ends first); NaN when fewer than two T are fitted, when the fitted
+    curves do not cross, or when they cross below T = 1 or past ``extrapolate_max`` x
+    the largest T sampled. ``counted_T``: where the closed-form counts cross (d for the
+    grid, 2 T^2 d = 2 T d^2; none with the projections, which alone already cost 1.5 x
+    the RNN). ``gemm_over_matvec``: the two calls' MAC rates at the sampled T nearest
+    the crossover (``rate_at_T``), read off these same timings. ``predicted_T``: a
+    prediction from rates measured apart (``matmul_rates``): the baseline's
+    recurrence at the GEMV rate and its input products at the GEMM rate, the variant
+    at the GEMM rate, so T = counted_T (1 + gemm / gemv) / 2; NaN without ``rates``.
+    ``measured_over_counted`` is the crossover in units of d.
     """
     variants = models.variants()
     base = config.baseline
+    samples = times.attrs.get("samples")
     rows = []
     for d, g in times.groupby("d"):
         w = g.pivot(index="T", columns="model", values="seconds").sort_index()
         rate = g.pivot(index="T", columns="model", values="gmacs_per_s").sort_index()
-        Ts = w.index.to_numpy(dtype=float)
+        boot = None
+        if samples is not None and len(samples):
+            s = samples[samples.d == d]
+            Ts_s = np.asarray(sorted(s["T"].unique()), float)
+
+            def rounds_of(m):                                       # (T, rounds)
+                return s[s.model == m].pivot(index="T", columns="round", values="seconds").to_numpy()
+            n_rounds = s["round"].nunique()
+            rng = np.random.default_rng(int(d))
+            boot = rng.integers(0, n_rounds, size=(resamples, n_rounds))
+            base_med = np.median(rounds_of(base)[:, boot], axis=2)    # (T, resamples)
         for variant in [m for m in variants if m in w.columns and m != base]:
-            r = np.log(w[variant] / w[base]).to_numpy()
-            cross = log_crossing(Ts, r)
-            if math.isnan(cross) and len(r) and r[0] >= 0:
-                cross = Ts[0]          # already slower at the smallest T
-            upper = Ts >= min(config.fit_min_T, Ts.max())
-            pa = power_law(Ts[upper], w[variant].to_numpy()[upper])
-            pr = power_law(Ts[upper], w[base].to_numpy()[upper])
-            extra = _crossing(pa, pr, Ts.max(), config.extrapolate_max)
-            # throughputs at the sampled T nearest the crossover (the largest T if none)
-            at = cross if not math.isnan(cross) else extra
-            T_at = int(Ts[np.argmin(np.abs(np.log(Ts) - math.log(at)))]
-                       if math.isfinite(at) and at > 0 else Ts.max())
-            speed = float(rate.loc[T_at, variant] / rate.loc[T_at, base])
+            cross, extra, speed, T_at = _crossings(w, rate, variant, base, d, config, variants)
+            lo = hi = math.nan
+            if boot is not None:
+                gap = np.log(np.median(rounds_of(variant)[:, boot], axis=2) / base_med)
+                found = np.array([log_crossing(Ts_s, gap[:, b]) for b in range(gap.shape[1])])
+                if np.isfinite(found).mean() >= 0.95:        # bracketed in (nearly) every resample
+                    lo, hi = (float(q) for q in np.nanquantile(found, [0.025, 0.975]))
             counted = quadratic_crossing(lambda T: variants[variant][1].macs(T, d),
                                          lambda T: variants[base][1].macs(T, d))
+            predicted = math.nan
+            if rates is not None and math.isfinite(counted):
+                predicted = counted * (1 + rates["gemm_gmacs"] / rates["gemv_gmacs"]) / 2
             rows.append(dict(
                 d=d, variant=variant, counted_T=counted, measured_T=cross,
                 extrapolated_T=extra,
                 measured_over_counted=(cross if not math.isnan(cross) else extra) / d,
-                gemm_over_matvec=speed, predicted_T=counted * speed, rate_at_T=T_at))
+                gemm_over_matvec=speed, predicted_T=predicted, rate_at_T=T_at,
+                measured_T_lo=lo, measured_T_hi=hi))
     return pd.DataFrame(rows)
 
 
-def fit_exponents(times, min_T=DEFAULT.fit_min_T):
+def fit_exponents(times, min_T=DEFAULT.fit_min_T, resamples=timing.RESAMPLES):
     """Least-squares slope of log(seconds) against log(T), per model, for T >= min_T.
 
     One row per (model, d) always; ``exponent`` is NaN when fewer than two distinct T
-    (with positive times) are at or above ``min_T``.
+    (with positive times) are at or above ``min_T``. ``exponent_lo`` / ``_hi``: its 95 %
+    interval from resampling the rounds (``times.attrs["samples"]``), NaN without them.
     """
+    samples = times.attrs.get("samples")
     rows = []
     for (model, d), g in times.groupby(["model", "d"]):
         g = g[g["T"] >= min_T]
         slope, _ = power_law(g["T"], g["seconds"])
+        lo = hi = math.nan
+        if samples is not None and len(samples) and len(g) >= 2:
+            s = samples[(samples.model == model) & (samples.d == d) & (samples["T"] >= min_T)]
+            grid = s.pivot(index="round", columns="T", values="seconds").to_numpy()   # (rounds, T)
+            Ts = np.asarray(sorted(s["T"].unique()), float)
+            rng = np.random.default_rng(int(d))
+            idx = rng.integers(0, grid.shape[0], size=(resamples, grid.shape[0]))
+            meds = np.median(grid[idx], axis=1)                                      # (resamples, T)
+            x = np.log(Ts) - np.log(Ts).mean()
+            slopes = (np.log(meds) - np.log(meds).mean(axis=1, keepdims=True)) @ x / (x @ x)
+            lo, hi = (float(q) for q in np.quantile(slopes, [0.025, 0.975]))
         rows.append(dict(model=model, d=d, exponent=slope,
                          T_min=int(g["T"].min()) if len(g) else math.nan,
-                         T_max=int(g["T"].max()) if len(g) else math.nan, points=len(g)))
+                         T_max=int(g["T"].max()) if len(g) else math.nan, points=len(g),
+                         exponent_lo=lo, exponent_hi=hi))
     return pd.DataFrame(rows)
 
 

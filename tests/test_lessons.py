@@ -1,6 +1,7 @@
 """The attention experiments of the lessons, as the report shows them."""
 
 import numpy as np
+import pytest
 
 from harness import lessons
 
@@ -22,10 +23,52 @@ def test_maps_are_row_stochastic():
 
 
 def test_unscaled_row_maximum_saturates_and_scaling_holds_it_back():
-    r = lessons.row_max_vs_dk().pivot(index="d_k", columns="scaled", values="row_max")
-    assert r.loc[512, False] > 0.95                            # the lesson: 0.983
-    assert (r[True] < r[False]).all()                          # dividing by sqrt(d_k) always tempers
-    assert r.loc[512, True] < 0.75                             # the lesson: 0.486
+    r = lessons.row_max_vs_dk().set_index(["d_k", "scaled"])
+    assert (r.draws == 2000).all()
+    m = r.row_max.unstack()
+    assert m.loc[512, False] > 0.95                            # the lesson's draw: 0.983
+    assert (m[True] < m[False]).all()                          # dividing by sqrt(d_k) always tempers
+    assert m[False].is_monotonic_increasing                    # the mean saturates; one draw need not
+    # scaled, the scores are N(0, 1) whatever d_k: the mean stays inside every d_k's interval
+    assert abs(m.loc[512, True] - m.loc[8, True]) < (r.band_hi - r.band_lo).min() / 4
+    assert (r.mean_lo < r.row_max).all() and (r.row_max < r.mean_hi).all()
+    assert (r.band_lo < r.mean_lo).all() and (r.mean_hi < r.band_hi).all()
+
+
+def test_scaled_row_maximum_matches_iid_standard_normal_scores():
+    """Another way: at d_k = 512 the scaled scores q_i.k_j / sqrt(d_k) are nearly iid N(0, 1),
+    so the mean row maximum is that of softmax over a 6 x 6 standard normal grid."""
+    Z = np.random.default_rng(99).normal(size=(20000, 6, 6))
+    A = np.exp(Z - Z.max(axis=-1, keepdims=True))
+    A /= A.sum(axis=-1, keepdims=True)
+    iid = A.max(axis=-1).mean()
+    r = lessons.row_max_vs_dk().set_index(["d_k", "scaled"]).loc[(512, True)]
+    assert abs(r.row_max - iid) < 0.01
+
+
+def test_one_draw_is_the_loop_twin():
+    cfg = lessons.LessonConfig(draws=3, d_k_values=(8, 64))
+    x = lessons.row_max_draws(cfg)
+    rng = np.random.default_rng(cfg.seed)
+    Q, K = rng.normal(size=(3, 6, 64)), rng.normal(size=(3, 6, 64))
+    for n in range(3):
+        for j, dk in enumerate((8, 64)):
+            for s, div in enumerate((1.0, np.sqrt(dk))):
+                rows = []
+                for i in range(6):
+                    e = [sum(Q[n, i, c] * K[n, k, c] for c in range(dk)) / div for k in range(6)]
+                    w = np.exp(np.array(e) - max(e))
+                    rows.append((w / w.sum()).max())
+                assert abs(np.mean(rows) - x[n, j, s]) < 1e-12
+
+
+def test_the_lessons_single_draw_on_the_distribution():
+    p = lessons.lesson_draw_percentiles().set_index(["d_k", "scaled"])
+    x = lessons.row_max_draws()
+    for (dk, scaled), row in p.iterrows():
+        v = x[:, lessons.DEFAULT.d_k_values.index(dk), int(scaled)]
+        assert row.percentile == pytest.approx(100 * np.mean(v < row.lesson_row_max))
+    assert 0 < p.percentile.min() and p.percentile.max() < 100   # inside the distribution
 
 
 def test_additive_maps_near_uniform_and_identical_rows_without_tanh():
