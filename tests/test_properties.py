@@ -23,7 +23,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from harness import _greedy, gradpath, schedule, trace  # noqa: E402
+from harness import _greedy, gradpath, models, schedule, trace  # noqa: E402
 from harness.models import rnn as rnn_family  # noqa: E402
 from harness.trace import clog2  # noqa: E402
 
@@ -318,7 +318,7 @@ def test_traced_span_is_the_longest_chain_of_the_recorded_graph(prog):
 
 
 @LAW
-@given(model=st.sampled_from(["rnn", "attention"]), T=st.integers(1, 12), d=st.integers(1, 6))
+@given(model=st.sampled_from(models.NAMES), T=st.integers(1, 12), d=st.integers(1, 6))
 def test_trace_of_a_model_spans_its_longest_chain(model, T, d):
     from harness import depth
     tr = depth.trace_model(model, T, d)
