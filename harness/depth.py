@@ -13,9 +13,15 @@ number below is read off that graph and checked against a closed form.
 Conventions, named once:
 
 * ``macs``: multiply-adds of the matrix products, one multiplication each, as
-  in the lessons. For the RNN the recurrence plus the input products; for
-  attention the Q K^T grid plus the A V mix (the lessons' comparison; the three
-  projections are counted separately, in ``macs_all``).
+  in the lessons, and the products of elementwise multiplications (the linear
+  recurrence's lam * h). For the RNN the recurrence plus the input products;
+  for attention the Q K^T grid plus the A V mix (the lessons' comparison; the
+  three projections are counted separately, in ``macs_all``); for the linear
+  recurrence its input products plus its lam * h products (T d_h in the loop,
+  about 2 T d_h in the scan). A complex product counts as one.
+* ``model``: the traced form (``harness.models.traced_forms``): each family
+  under its own name, and further forms of it under theirs (``lru-scan``, the
+  linear recurrence computed as a parallel scan beside its loop, ``lru``).
 * ``flops`` = 2 x macs, as PyTorch's FlopCounterMode reports them.
 * op granularity: one traced NumPy operation is one node; ``span`` is the
   longest chain of dependent operations, ``max_path`` the fewest operations
@@ -60,7 +66,7 @@ class Trace:
     def macs_by_part(self):
         parts = {}
         for op in self.graph.ops:
-            if op.kind == "matmul":
+            if op.kind in trace.MULTIPLYING:
                 parts[op.part] = parts.get(op.part, 0) + op.macs
         return parts
 
@@ -89,24 +95,32 @@ class Trace:
 
 
 def check_trace_memory(model, T, d, available=None, **widths):
-    """Raise MemoryError naming T and d when tracing ``model`` would not fit in memory."""
-    need = models.get(model).trace_memory_bytes(T, d, **widths)
+    """Raise MemoryError naming T and d when tracing ``model`` would not fit in memory.
+
+    ``model``: a traced form, or a family's name, which checks each of its forms.
+    """
+    fam = models.form(model)[0]
+    names = list(models.traced_forms((fam.name,))) if model == fam.name else [model]
     avail = available_memory_bytes() if available is None else available
-    if need > avail:
-        raise MemoryError(f"tracing the {model} at T={T}, d={d} needs about {need:,} bytes "
-                          f"({need / 2**30:.2f} GiB) but only {avail / 2**30:.2f} GiB are "
-                          f"available; use a smaller T or d")
+    for name in names:
+        need = models.form(name)[1].trace_memory_bytes(T, d, **widths)
+        if need > avail:
+            raise MemoryError(f"tracing the {name} at T={T}, d={d} needs about {need:,} bytes "
+                              f"({need / 2**30:.2f} GiB) but only {avail / 2**30:.2f} GiB are "
+                              f"available; use a smaller T or d")
 
 
 def trace_model(model, T, d, **widths):
-    """Run the family's plain NumPy forward (``Family.reference_forward``) on recording arrays.
+    """Run a traced form's plain NumPy forward (``models.traced_forms``) on recording arrays.
 
+    ``model``: a family's name (its ``reference_forward``) or a further form's (``lru-scan``).
     X is (T, d), position 1 its row 0; the weights are the family's ``trace_weights``
-    (RNN: W_xh (d_h, d), W_hh (d_h, d_h); attention: Wq, Wk (d, d_k), Wv (d, d_v)).
-    ``widths`` (d_h, d_k, d_v) default to d, the lessons' equal-width comparison.
-    Returns a ``Trace``; T = 2000 traces in well under a second per model.
+    (RNN: W_xh (d_h, d), W_hh (d_h, d_h); attention: Wq, Wk (d, d_k), Wv (d, d_v);
+    LRU: lam (d_h,), B (d_h, d)). ``widths`` (d_h, d_k, d_v) default to d, the
+    lessons' equal-width comparison. Returns a ``Trace``; T = 2000 traces in well
+    under a second per model.
     """
-    fam = models.get(model)
+    fam, form = models.form(model)
     T, d = check_int("T", T), check_int("d", d)
     widths = {k: check_int(k, v) for k, v in widths.items() if v is not None}
     try:
@@ -118,7 +132,7 @@ def trace_model(model, T, d, **widths):
     g = trace.Graph(weight_parts={name: part for name, _, _, part in weights})
     X = trace.leaf(g, "X", (T, d), ("T", "d_model"), source_row=0)   # position 1 is row 0
     W = [trace.leaf(g, name, shape, axes) for name, shape, axes, _ in weights]
-    outputs = fam.reference_forward(X, *W)
+    outputs = form.forward(X, *W)
     return Trace(model, T, d, g, outputs, time.perf_counter() - t0)
 
 
@@ -135,22 +149,23 @@ def traced(traces, model, T, d):
 # ----------------------------------------------------------------------------- tables
 
 def count_table(T_values, d, families=models.NAMES, traces=None):
-    """Tidy counts: one row per (model, T, part), traced and closed form side by side.
+    """Tidy counts: one row per (traced form, T, part), traced and closed form side by side.
 
-    ``traces``: a dict shared with ``depth_table`` and ``schedule_table`` so that each
-    (model, T, d) is traced once; None traces afresh.
+    ``families``: every traced form of these families is counted. ``traces``: a dict
+    shared with ``depth_table`` and ``schedule_table`` so that each (model, T, d) is
+    traced once; None traces afresh.
     """
     rows = []
-    for model in families:
+    for model, (fam, form) in models.traced_forms(families).items():
         for T in T_values:
             tr = traced(traces, model, T, d)
             counted = tr.macs_by_part()
-            closed = models.get(model).macs(T, d)
+            closed = form.macs(T, d)
             for part in sorted(set(counted) | set(closed)):
                 m = counted.get(part, 0)
                 rows.append(dict(model=model, T=T, d=d, part=part, macs=m, flops=2 * m,
                                  closed_form=closed.get(part, 0),
-                                 in_lesson_comparison=part in models.get(model).lesson_parts))
+                                 in_lesson_comparison=part in fam.lesson_parts))
     frame = pd.DataFrame(rows)
     bad = frame[frame.macs != frame.closed_form]
     if len(bad):
@@ -159,13 +174,13 @@ def count_table(T_values, d, families=models.NAMES, traces=None):
 
 
 def depth_table(T_values, d, families=models.NAMES, traces=None):
-    """One row per (model, T): the columns of depth.csv (Table 1 of the paper, measured)."""
+    """One row per (traced form, T): the columns of depth.csv (Table 1 of the paper, measured)."""
     rows = []
-    for model in families:
+    for model, (fam, _) in models.traced_forms(families).items():
         for T in T_values:
             tr = traced(traces, model, T, d)
             parts = tr.macs_by_part()
-            macs = sum(parts.get(p, 0) for p in models.get(model).lesson_parts)
+            macs = sum(parts.get(p, 0) for p in fam.lesson_parts)
             sw, ss = tr.scalar_work, tr.scalar_span
             rows.append(dict(
                 model=model, T=T, d=d,

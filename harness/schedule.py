@@ -120,9 +120,10 @@ def schedule(model, T, d, processors=None, grain="scalar", tr=None):
 
 def schedule_table(T_values, d, processors=None, grains=DEFAULT.grains, families=models.NAMES,
                    traces=None):
-    """``schedule`` for every (model, T, grain), concatenated; one trace per (model, T)."""
+    """``schedule`` for every (traced form, T, grain) of ``families``, concatenated; one trace
+    per (model, T)."""
     frames = []
-    for model in families:
+    for model in models.traced_forms(families):
         for T in T_values:
             tr = depth.traced(traces, model, T, d)
             for grain in grains:

@@ -13,8 +13,15 @@ analysis needs, and every operation on it appends one node to a ``Graph``:
 So the graph is the computation that ran (``harness.reference``), not a graph
 typed beside it. Supported: ``@``, ``+``, ``-``, ``*``, ``/``, unary ``-``,
 ``np.tanh``, ``np.exp``, ``.max``/``.sum`` over the last axis, ``.T``,
-indexing, ``np.stack``, ``np.swapaxes`` and ``np.where``. Anything else raises
+indexing and slicing (with steps), ``.reshape``, ``np.stack``,
+``np.concatenate``, ``np.swapaxes`` and ``np.where``. Anything else raises
 TypeError naming the operation, so an untraceable forward fails loudly.
+
+Multiplications counted: every multiply-add of a matrix product, and every
+product of an elementwise ``*`` (the linear recurrence's lam * h), each under
+the part of the weight it multiplies (``Graph.weight_parts``). A value computed
+from weights alone (lam * lam, a power of the recurrence's coefficient) keeps
+its weight's part.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ BYTES_PER_ELEMENT = 8
 BYTES_PER_STEP = 3000
 
 REDUCTIONS = {"sum", "max"}
+MULTIPLYING = {"matmul", "mul"}      # the ops whose multiplications are counted (Op.macs)
 
 
 def clog2(n):
@@ -70,8 +78,11 @@ class Op:
 
     @property
     def macs(self):
-        """Multiply-adds of a matrix product (one multiplication each); 0 for other ops."""
-        return self.numel * self.inner if self.kind == "matmul" else 0
+        """Multiplications: a matrix product's multiply-adds, an elementwise product's elements;
+        0 for other ops."""
+        if self.kind == "matmul":
+            return self.numel * self.inner
+        return self.numel if self.kind in MULTIPLYING else 0
 
     def levels(self, grain):
         """Unit tasks per level of the whole op, under ``grain`` ('scalar' or 'element').
@@ -102,6 +113,11 @@ class Graph:
 
     def part_of(self, kind, a, b, out_axes, k_label):
         """Name a product after what it multiplies: a named weight, the T x T grid, or the mix."""
+        if kind == "mul":           # lam * h: the part of the weight (or weight power) it scales
+            for x in (a, b):
+                if isinstance(x, Traced) and x.part is not None:
+                    return x.part
+            return kind
         if kind != "matmul":
             return kind
         for x in (a, b):
@@ -170,7 +186,7 @@ class Traced:
     __array_priority__ = 1000
 
     def __init__(self, graph, shape, deps, dist, sdepth, axes, leaf=None, owner=None,
-                 dtype=np.float64):
+                 dtype=np.float64, part=None):
         self.graph = graph
         self.shape = tuple(shape)
         self.deps = deps          # [(op id, row)] this value waits for
@@ -180,6 +196,7 @@ class Traced:
         self.leaf = leaf          # name of the input this is (or a transpose of)
         self.owner = owner        # op whose direct output this is, else None
         self.dtype = np.dtype(dtype)
+        self.part = part          # the weight part of a value computed from weights alone
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
@@ -188,9 +205,9 @@ class Traced:
         return f"Traced(shape={self.shape}, axes={self.axes})"
 
     # --- values computed by an op -------------------------------------------------
-    def _out(self, op, dist, sdepth, axes):
+    def _out(self, op, dist, sdepth, axes, part=None):
         return Traced(self.graph, op.shape, [(op.id, -1)], dist.astype(np.float32, copy=False),
-                      sdepth.astype(np.int32, copy=False), axes, owner=op.id)
+                      sdepth.astype(np.int32, copy=False), axes, owner=op.id, part=part)
 
     def _elementwise(self, kind, *xs):
         shape = np.broadcast_shapes(*(np.shape(x) if not isinstance(x, Traced) else x.shape
@@ -202,7 +219,8 @@ class Traced:
         for x in xs:
             dist = np.minimum(dist, _dist(x))
             sdep = np.maximum(sdep, _sdep(x))
-        return self._out(op, dist + 1, sdep + 1, axes)
+        parts = {x.part for x in xs if isinstance(x, Traced)}
+        return self._out(op, dist + 1, sdep + 1, axes, parts.pop() if len(parts) == 1 else None)
 
     def _matmul(self, a, b):
         sa = a.shape if isinstance(a, Traced) else np.shape(a)
@@ -251,7 +269,20 @@ class Traced:
     # --- views: free, they only move dependencies --------------------------------
     def _view(self, dist, sdepth, axes, deps=None, leaf=None):
         return Traced(self.graph, dist.shape, self.deps if deps is None else deps,
-                      dist, sdepth, axes, leaf=leaf)
+                      dist, sdepth, axes, leaf=leaf, part=self.part)
+
+    def reshape(self, *shape):
+        """A view with the same elements in ``shape``; trailing axes that keep their size keep
+        their labels, and merged leading axes take the label of the outermost one."""
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        dist, sdep = self.dist.reshape(shape), self.sdepth.reshape(shape)
+        keep = 0                                  # trailing axes whose size is unchanged
+        while (keep < min(self.ndim, dist.ndim)
+               and dist.shape[-1 - keep] == self.shape[-1 - keep]):
+            keep += 1
+        merged = self.axes[:self.ndim - keep]
+        lead = (merged[0] if merged else "?",) * (dist.ndim - keep)
+        return self._view(dist, sdep, lead + (self.axes[self.ndim - keep:] if keep else ()))
 
     @property
     def T(self):
@@ -300,12 +331,15 @@ class Traced:
         kind = self._UFUNCS.get(ufunc)
         if kind is None:
             raise TypeError(f"trace: np.{ufunc.__name__} is not traced; the traced forward "
-                            f"may use only @ + - * / tanh exp, max/sum, indexing, stack, where")
+                            f"may use only @ + - * / tanh exp, max/sum, indexing, reshape, stack, "
+                            f"concatenate, where")
         return self._elementwise(kind, *inputs)
 
     def __array_function__(self, func, types, args, kwargs):
         if func is np.stack:
             return _stack(*args, **kwargs)
+        if func is np.concatenate:
+            return _concatenate(*args, **kwargs)
         if func is np.swapaxes:
             a, a1, a2 = args
             return a._swap(a1, a2)
@@ -337,20 +371,33 @@ def _single_row(idx, ndim):
     return None
 
 
-def _stack(arrays, axis=0):
-    arrays = list(arrays)
-    ref = next(a for a in arrays if isinstance(a, Traced))
-    dist = np.stack([_dist(a) for a in arrays], axis=axis)
-    sdep = np.stack([_sdep(a) for a in arrays], axis=axis)
+def _union_deps(arrays):
     deps, seen = [], set()
     for a in arrays:
         for dep in (a.deps if isinstance(a, Traced) else []):
             if dep not in seen:
                 seen.add(dep)
                 deps.append(dep)
+    return deps
+
+
+def _stack(arrays, axis=0):
+    arrays = list(arrays)
+    ref = next(a for a in arrays if isinstance(a, Traced))
+    dist = np.stack([_dist(a) for a in arrays], axis=axis)
+    sdep = np.stack([_sdep(a) for a in arrays], axis=axis)
     axes = list(_axes(ref))
     axes.insert(axis if axis >= 0 else len(axes) + 1 + axis, ref.graph.seq_axis_label)
-    return Traced(ref.graph, dist.shape, deps, dist, sdep, axes)
+    return Traced(ref.graph, dist.shape, _union_deps(arrays), dist, sdep, axes)
+
+
+def _concatenate(arrays, axis=0):
+    """Free, like a view: the pieces' elements side by side, waiting for every piece."""
+    arrays = list(arrays)
+    ref = next(a for a in arrays if isinstance(a, Traced))
+    dist = np.concatenate([_dist(a) for a in arrays], axis=axis)
+    sdep = np.concatenate([_sdep(a) for a in arrays], axis=axis)
+    return Traced(ref.graph, dist.shape, _union_deps(arrays), dist, sdep, _axes(ref))
 
 
 def leaf(graph, name, shape, axes, source_row=None):
@@ -358,4 +405,5 @@ def leaf(graph, name, shape, axes, source_row=None):
     dist = np.full(shape, _INF, dtype=np.float32)
     if source_row is not None:
         dist[..., source_row, :] = 0
-    return Traced(graph, shape, [], dist, np.zeros(shape, dtype=np.int32), axes, leaf=name)
+    return Traced(graph, shape, [], dist, np.zeros(shape, dtype=np.int32), axes, leaf=name,
+                  part=graph.weight_parts.get(name))

@@ -2,9 +2,10 @@
 
 A family is one module in this package that builds a ``Family``: its compiled
 forward and backward (from its kernel module), its plain NumPy forward (the one
-``harness.depth`` traces), its closed-form multiplication counts, its input
-factory, the variants that are timed, its gradient path, its memory estimates
-and its peers for ``harness compare``. The analysers, ``harness compare``, the
+``harness.depth`` traces) and any further traced forms of it (``Form``: the
+linear recurrence's parallel scan beside its loop), its closed-form
+multiplication counts, its input factory, the variants that are timed, its
+gradient path, its memory estimates and its peers for ``harness compare``. The analysers, ``harness compare``, the
 asv suite and the report loop over ``FAMILIES``; none of them branches on a
 family's name.
 
@@ -25,6 +26,7 @@ from typing import Callable
 NAMES = (
     "rnn",
     "attention",
+    "lru",
 )
 
 # The lessons' two models, whose claims the report's captions state.
@@ -40,6 +42,19 @@ class Variant:
     call: Callable          # (*args) -> output
     macs: Callable          # (T, d) -> multiplications the call does
     bytes: Callable         # (T, d) -> peak bytes of the call and its inputs
+
+
+@dataclass(frozen=True)
+class Form:
+    """One plain NumPy forward that ``harness.depth`` traces, under the name the depth tables use.
+
+    A family's own ``reference_forward`` is its first form, named as the family; a
+    family may add others (``Family.forms``) that compute the same outputs another way.
+    """
+    name: str
+    forward: Callable               # plain NumPy forward(X, *weights) -> tuple of outputs
+    macs: Callable                  # (T, d) -> {part: multiplications} of this forward
+    trace_memory_bytes: Callable    # (T, d) -> peak bytes of tracing it
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,7 @@ class Family:
     peers: Callable                 # (X, weights, d_output, torch or None) -> {impl: (fwd, bwd, outputs)}
     compare_target: Callable        # (batch, direction, T, d) -> (speed-up needed, GEMM floor or None, words)
     grid_elements: Callable = lambda T, batch: 0   # elements of the largest (B, T, T) array it allocates
+    forms: tuple = ()               # further traced Forms beside reference_forward (a scan beside a loop)
 
 
 def get(name, arg="model"):
@@ -75,6 +91,25 @@ def get(name, arg="model"):
 def families():
     """Every registered family, in registration order."""
     return [get(name) for name in NAMES]
+
+
+def traced_forms(names=NAMES):
+    """{form name: (family, Form)}: each family of ``names`` under its own name (its
+    ``reference_forward``), then its further ``forms``, in registration order."""
+    out = {}
+    for name in names:
+        f = get(name, "models")
+        out[f.name] = (f, Form(f.name, f.reference_forward, f.macs, f.trace_memory_bytes))
+        out.update((form.name, (f, form)) for form in f.forms)
+    return out
+
+
+def form(name, arg="model"):
+    """(family, Form) of the traced forward ``name`` (a family's name is its first form)."""
+    forms = traced_forms()
+    if name not in forms:
+        raise ValueError(f"{arg} must be one of {list(forms)!r}, got {name!r}.")
+    return forms[name]
 
 
 def variants():
