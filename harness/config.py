@@ -101,7 +101,8 @@ class CompareConfig:
                     ("rnn", 32, 1000, 64), ("rnn", 32, 1000, 256),
                     ("attention", 1, 128, 64), ("attention", 1, 128, 256),
                     ("attention", 1, 512, 64), ("attention", 1, 512, 256),
-                    ("attention", 1, 2048, 64), ("attention", 1, 2048, 256))
+                    ("attention", 1, 2048, 64), ("attention", 1, 2048, 256),
+                    ("lru", 1, 1000, 64), ("lru", 32, 1000, 64), ("lru", 1, 2 ** 16, 64))
     dtypes: tuple = ("float32", "float64")
     repeats: int = 7                       # samples per implementation; the median is kept
     min_sample_s: float = 0.02             # each sample runs enough calls to last this long
@@ -132,6 +133,26 @@ LESSONS = LessonConfig()
 COMPARE = CompareConfig()
 REPORT = ReportConfig()
 
-QUICK_COMPARE = CompareConfig(cases=(("rnn", 1, 16, 8), ("rnn", 3, 16, 8), ("attention", 1, 16, 8)),
+QUICK_COMPARE = CompareConfig(cases=(("rnn", 1, 16, 8), ("rnn", 3, 16, 8), ("attention", 1, 16, 8),
+                                     ("lru", 1, 16, 8), ("lru", 3, 16, 8)),
                               repeats=3, min_sample_s=0.001)
 QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1]))
+
+# ----------------------------------------------------------------------------- LRU
+
+@dataclass(frozen=True)
+class LruConfig:
+    """The linear recurrence h_t = lam h_{t-1} + B x_t (``harness.models.lru``)."""
+    r_min: float = 0.9                     # |lam| uniform on the ring [r_min, r_max] (Orvieto et al., 2023)
+    r_max: float = 0.999                   # near 1 the far signal survives: 0.999^4095 ~ 0.017
+    max_phase: float = 0.6283185307179586  # 2 pi / 10: phases of lam in [0, max_phase]
+    decay_r_maxes: tuple = (0.9, 0.99, 0.999)   # the decay sweep's outer radii (ring [min(r_min, r), r])
+    log_range: float = 600.0               # the decay's backward renormalises within e^(+-600)
+    scaling_T: int = 2 ** 20               # the chunked scan's strong scaling: T, d_h, dtype ...
+    scaling_d: int = 64
+    scaling_dtype: str = "float32"
+    scaling_threads: tuple = (1, 2)        # ... on these thread counts, interleaved
+    scaling_rounds: int = 7
+
+
+LRU = LruConfig()
