@@ -73,7 +73,7 @@ class WallConfig:
     T_values: tuple = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # brackets T = d and the measured crossover
     d: int = DepthConfig.d             # the lessons' d_model: the two crossovers share one axis
     threads: int = 1                   # BLAS and Numba threads: one is stable on a shared machine
-    rounds: int = 3                    # interleaved rounds per T; the median is kept
+    rounds: int = 7                    # interleaved rounds per T: the median and its 95 % interval
     min_sample_s: float = 0.02         # each sample calls a kernel until this much ran
     seed: int = 0                      # inputs from default_rng(seed)
     scaling_T: int = 1024              # strong scaling at one T past the crossover
@@ -119,6 +119,8 @@ class ReportConfig:
     schedule: ScheduleConfig = ScheduleConfig(
         processors=(1, 10, 64, 100, 128, 256, 800, 10**3, 10**4, 10**5, 10**6))
     schedule_d: int = 64                           # graph small enough to schedule at every P
+    path_T: tuple = (64, 256, 1024, 4096)          # attention's path level against T ...
+    path_input_scales: tuple = (0.5, 1.0, 2.0, 4.0)  # ... and against the size of its inputs
     wall: WallConfig = WallConfig()
     lessons: LessonConfig = LessonConfig(va_scales=(0.25, 0.5, 1.0, 2.0, 4.0))
     asv_results: str = ".asv/results"
@@ -136,7 +138,9 @@ REPORT = ReportConfig()
 QUICK_COMPARE = CompareConfig(cases=(("rnn", 1, 16, 8), ("rnn", 3, 16, 8), ("attention", 1, 16, 8),
                                      ("lru", 1, 16, 8), ("lru", 3, 16, 8)),
                               repeats=3, min_sample_s=0.001)
-QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1]))
+QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=5),
+                       path_T=REPORT.path_T[:-1])
+
 
 # ----------------------------------------------------------------------------- LRU
 

@@ -17,6 +17,7 @@ rates per step in natural log (``fitted_rate`` against ``log(rho)``).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from harness import models
@@ -138,3 +139,26 @@ def validate_config(config):
     if not 0.0 <= config.fit_from < 1.0:
         raise ValueError(f"fit_from must be in [0, 1), got {config.fit_from!r}.")
     check_config_memory(config)
+
+
+def path_levels(model, Ts, input_scales, d, config=DEFAULT):
+    """A family's gradient path over lengths and input scales, one row per (T, input scale):
+    ``log10_level`` the mean over k of log10 ||.||, ``log10_min`` / ``log10_max`` its extremes
+    over k (a spread of many decades is a saturated softmax or a vanishing chain), and the
+    mean log10 of each route where the family splits its path (``log10_value``, ``log10_score``).
+    """
+    fam = models.get(model, "model")
+    rows = []
+    for T in Ts:
+        for s in input_scales:
+            job = dict(model=model, T=T, d=d, input_scale=s, rho=config.rhos[0],
+                       weight=config.weights[0], activation=config.activations[0])
+            g = fam.gradient_path({k: job[k] for k in fam.decay_jobs(config, T, d)[0]}, config)
+            g = g[np.isfinite(g.log10_norm)]
+            rows.append({"model": model, "T": T, "d": d, "input_scale": float(s),
+                         "log10_level": float(g.log10_norm.mean()),
+                         "log10_min": float(g.log10_norm.min()),
+                         "log10_max": float(g.log10_norm.max()),
+                         "log10_value": float(g.log10_value.mean()),
+                         "log10_score": float(g.log10_score.mean())})
+    return pd.DataFrame(rows)

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import clipping, depth, gradpath, lessons, machine, schedule, walltime  # noqa: E402
+from harness import claims, clipping, depth, gradpath, lessons, machine, schedule, timing, walltime  # noqa: E402
 from harness._fit import log_crossing  # noqa: E402
 from harness import _interrupt  # noqa: E402
 from harness._io import UsageError, atomic_write_text, check_name, remove_stale, umask  # noqa: E402
@@ -82,8 +82,8 @@ def caption_decay(f):
             f"distances and {_pow10(far_q)} over the farthest: within a factor "
             f"{10 ** abs(far_q - near):.1f}, with a fitted rate of {arate:+.4f} per step against "
             f"the RNN's ln 0.9 = {math.log(0.9):.4f}, because every path crosses one α factor. "
-            f"{'Every' if srnn.bound_respected.all() else 'Not every'} tanh configuration "
-            f"respects Pascanu's bound ({int(srnn.bound_respected.sum())} of {len(srnn)}).")
+            f"Sanity check, not a finding: Pascanu's bound (an inequality that always holds) is "
+            f"respected by {int(srnn.bound_respected.sum())} of {len(srnn)} tanh configurations.")
 
 
 def caption_clipping(f):
@@ -105,9 +105,9 @@ def caption_depth(f):
             f"{int(r.span.iloc[0])} to {int(r.span.iloc[-1])} operations as T goes from "
             f"{int(r['T'].iloc[0])} to {int(r['T'].iloc[-1])}, and its path from position 1 to T "
             f"from {int(r.max_path.iloc[0])} to {int(r.max_path.iloc[-1])}. Attention's span stays "
-            f"{int(a.span.iloc[-1])} and its path {int(a.max_path.iloc[-1])} at every T; at scalar "
-            f"level (sums as trees) its span grows only from {int(a.scalar_span.iloc[0])} to "
-            f"{int(a.scalar_span.iloc[-1])}, as log T + log d.")
+            f"{int(a.span.iloc[-1])} operations and its path {int(a.max_path.iloc[-1])} at every T; "
+            f"counted in multiplies and adds (sums as trees) its span is not constant: it grows "
+            f"from {int(a.scalar_span.iloc[0])} to {int(a.scalar_span.iloc[-1])}, as log T + log d.")
 
 
 def caption_schedule(f):
@@ -123,16 +123,23 @@ def caption_schedule(f):
         return int(plateaus[g.model.iloc[0], g.grain.iloc[0]])
 
     rs, asc, re_ = part(RNN, "scalar"), part(ATT, "scalar"), part(RNN, "element")
-    at_T = rs[rs.P == T].time.iloc[0]
+    rsP, asP = rs.set_index("P").time, asc.set_index("P").time
+    at_T = rsP.loc[T]
+    wins = asP.index[(asP < rsP.reindex(asP.index)).to_numpy()]
+    from_P = f"from P = {int(wins.min()):,} on" if len(wins) else "at none of the P scheduled"
+    ok = int(s.bounds_ok.sum())
     return (f"Greedy list scheduling of the traced graphs for the lesson's T = {T} tokens (d = {d}). "
             f"With scalar tasks (each multiply or add; sums as trees) and {T} processors the RNN "
-            f"needs {int(at_T):,} steps, and no number of processors takes it below its span of "
-            f"{int(rs.span.iloc[0]):,} (reached at P = {plateau(rs):,}); attention falls from "
-            f"{int(asc.time.iloc[0]):,} steps on one processor to {int(asc.time.iloc[-1]):,} at "
-            f"P = {int(asc.P.iloc[-1]):,} (span {int(asc.span.iloc[0])}). With one processor per "
-            f"output element the RNN stops improving at P = {plateau(re_):,} "
-            f"(≈ {plateau(re_) / d:.0f}·d), on a floor of {int(re_.span.iloc[0]):,} steps. "
-            f"Brent's bounds max(W/P, S) ≤ T_P ≤ W/P + S hold on all {int(s.bounds_ok.sum())} runs.")
+            f"needs {int(at_T):,} steps against {int(rsP.loc[1]):,} on one processor: "
+            f"{rsP.loc[1] / at_T:,.1f}× faster, because each step's d² products spread over the "
+            f"processors, though no number of them takes it below its span of "
+            f"{int(rs.span.iloc[0]):,} (reached at P = {plateau(rs):,}). Attention needs "
+            f"{int(asP.loc[T]):,} steps on {T} processors and is faster than the RNN only "
+            f"{from_P}; its span, {int(asc.span.iloc[0])}, is not constant but grows as log T. "
+            f"With one processor per output element the RNN stops improving at "
+            f"P = {plateau(re_):,} (≈ {plateau(re_) / d:.0f}·d), on a floor of "
+            f"{int(re_.span.iloc[0]):,} steps. Brent's bounds max(W/P, S) ≤ T_P ≤ W/P + S hold on "
+            f"{'all ' if ok == len(s) else ''}{ok} of {len(s)} runs.")
 
 
 def _measured_crossover(x):
@@ -155,14 +162,21 @@ def caption_work(f):
     w, x = f["work"], f["crossover"]
     d = int(w.d.iloc[0])
     row, T, how, ratio = _measured_crossover(x)
+    interval = (f" (95 % interval {row.measured_T_lo:,.0f}–{row.measured_T_hi:,.0f}, from "
+                f"resampling the timing rounds)" if pd.notna(row.measured_T_lo) else "")
+    rates = f.get("rates")
+    why = ""
+    if rates is not None and len(rates):
+        r = rates.iloc[0]
+        why = (f" Measured apart at d = {d}, a matrix-matrix product does {r.gemm_gmacs:.1f} GMAC/s "
+               f"and the RNN's dependent matrix-vector steps {r.gemv_gmacs:.1f}: with those rates "
+               f"the crossover is predicted at T ≈ {row.predicted_T:,.0f}.")
     return (f"Multiplications counted from the traced computation at d = {d}: the RNN's "
             f"2·T·d² against attention's 2·T²·d cross at T = {counted_crossover(w):,.0f} "
             f"(d = {d}). "
             f"Timed on this machine at d = {int(row.d)}, attention's forward (grid and mix) "
-            f"becomes slower than the RNN's only at T ≈ {T:,.0f} ({how}), {ratio:.1f}× the "
-            f"counted T = {int(row.counted_T)}: each of its multiplications runs in a "
-            f"matrix-matrix product, {row.gemm_over_matvec:.1f}× faster than the RNN's "
-            f"matrix-vector steps, which stream W_hh from memory once per step.")
+            f"becomes slower than the RNN's at T ≈ {T:,.0f} ({how}){interval}, {ratio:.1f}× the "
+            f"counted T = {int(row.counted_T)}.{why}")
 
 
 def caption_maps(f):
@@ -178,11 +192,12 @@ def caption_maps(f):
             f"{int(r1.rows_max_on_diagonal)} of {int(r1.rows)} rows at token length 1 (mean "
             f"self-weight {r1.mean_self_weight:.3f}) and {int(r3.rows_max_on_diagonal)} of "
             f"{int(r3.rows)} at length 3 ({r3.mean_self_weight:.3f}). With projections "
-            f"{int(pr.rows_max_on_diagonal)} of {int(pr.rows)} rows keep it there. In the lesson's "
-            f"d_k experiment, repeated here with our own random draw, the unscaled row maximum "
+            f"{int(pr.rows_max_on_diagonal)} of {int(pr.rows)} rows keep it there. The lesson's "
+            f"d_k experiment over {int(rm.draws.iloc[0]):,} draws: the unscaled mean row maximum "
             f"goes from {at(lo, False):.3f} at d_k = {lo} to {at(hi, False):.3f} at d_k = {hi} "
-            f"(the lesson's draw: 0.558 to 0.983) while the scaled one goes from "
-            f"{at(lo, True):.3f} to {at(hi, True):.3f} (lesson: 0.330 to 0.486).")
+            f"(the lesson's single draw: 0.558 to 0.983) while the scaled one stays flat, "
+            f"{at(lo, True):.3f} to {at(hi, True):.3f} (the lesson's draw: 0.330 to 0.486, "
+            f"one draw; the band shows where 95 % of single draws fall).")
 
 
 def caption_additive(f):
@@ -210,10 +225,38 @@ def caption_wall(f):
 
     r = w[w.model == RNN]
     n = int(w.threads.iloc[0])
-    fits = ", ".join(f"{m} {exp(m):.2f}" for m in e.model.drop_duplicates())
+    def interval(m):
+        row = e[e.model == m].iloc[0]
+        return f" [{row.exponent_lo:.2f}, {row.exponent_hi:.2f}]" if pd.notna(row.exponent_lo) else ""
+
+    fits = ", ".join(f"{m} {exp(m):.2f}{interval(m)}" for m in e.model.drop_duplicates())
+    rounds = int(w["rounds"].iloc[0]) if "rounds" in w else 1
+    floor = ""
+    rates = f.get("rates")
+    if rates is not None and "noise_floor" in rates:
+        floor = (f" Noise floor: one kernel timed under two labels differs by up to "
+                 f"{rates.noise_floor.iloc[0]:.1%}; differences inside it are not a ranking.")
     return (f"Forward wall time on this machine ({n} thread{'s' if n > 1 else ''}, d = "
-            f"{int(w.d.iloc[0])}). Fitted exponents of time against T: {fits}. The RNN takes "
-            f"{r.seconds_per_step.median() * 1e6:.1f} µs per step (median over T).")
+            f"{int(w.d.iloc[0])}; the median of {rounds} interleaved rounds, bars its 95 % "
+            f"interval). Fitted exponents of time against T, with 95 % intervals: {fits}. The RNN "
+            f"takes {r.seconds_per_step.median() * 1e6:.1f} µs per step (median over T).{floor}")
+
+
+def caption_attention_path(f):
+    lv = f["attention_level"]
+    base = lv[lv.input_scale == lv.input_scale.min()].sort_values("T")
+    slope = float(np.polyfit(np.log10(base["T"]), base.log10_level, 1)[0])
+    sat = lv[lv["T"] == lv["T"].max()].sort_values("input_scale")
+    top = sat.iloc[-1]
+    return (f"Attention's path is flat in distance, but not in T or in the size of its inputs. "
+            f"At input scale {base.input_scale.iloc[0]:g} its level (the mean of log10 ‖∂y_T/∂x_(T−k)‖ "
+            f"over k) falls from {_pow10(base.log10_level.iloc[0])} at T = {int(base['T'].iloc[0])} "
+            f"to {_pow10(base.log10_level.iloc[-1])} at T = {int(base['T'].iloc[-1])}, as "
+            f"T^{slope:.2f}: one α factor, but α_Tj ≈ 1/T. When the softmax saturates it collapses: "
+            f"at input scale {top.input_scale:g} and T = {int(top['T'])} the per-distance norm spans "
+            f"{_pow10(top.log10_min)} to {_pow10(top.log10_max)}. The value route carries "
+            f"{_pow10(base.log10_value.iloc[-1])} and the score route "
+            f"{_pow10(base.log10_score.iloc[-1])} on average at the largest T.")
 
 
 def caption_history(f):
@@ -233,6 +276,7 @@ CAPTIONS = {
     "decay": caption_decay, "clipping": caption_clipping, "depth": caption_depth,
     "schedule": caption_schedule, "work": caption_work, "maps": caption_maps,
     "additive": caption_additive, "wall": caption_wall, "history": caption_history,
+    "attention_path": caption_attention_path,
 }
 
 
@@ -242,6 +286,9 @@ def _save(fig, folder, stem):
     fig.savefig(folder / f"{stem}.png", dpi=110, bbox_inches="tight")
     fig.savefig(folder / f"{stem}.svg", bbox_inches="tight")
     plt.close(fig)
+
+
+CLIP_DECADES = 60       # the decay figure draws |log10 norm| up to this; beyond, marked at the edge
 
 
 def figure_decay(f):
@@ -254,13 +301,33 @@ def figure_decay(f):
     theory = rnn.assign(log10_norm=rnn.log10_bound, curve="theory / bound", series=series)
     rows.append(theory)
     for act in ("identity", "tanh"):
-        rows.append(att.assign(activation=act, curve="measured", series=ATT))
+        rows.append(att.assign(activation=act, curve="measured", series="attention"))
     long = pd.concat(rows, ignore_index=True)
-    long = long[(long.log10_norm > -60) & (long.log10_norm < 60)]
+    clipped = long.log10_norm.abs() > CLIP_DECADES
+    long["log10_norm"] = long.log10_norm.clip(-CLIP_DECADES, CLIP_DECADES)
     g = sns.relplot(data=long, x="distance", y="log10_norm", hue="series", style="curve",
                     col="activation", kind="line", height=3.6, aspect=1.25,
                     facet_kws={"sharey": True})
-    g.set_axis_labels("distance k", "log10 ‖∂h_T/∂h_(T−k)‖")
+    g.set_axis_labels("distance k", "log10 ‖∂(state or output at T) / ∂(position T−k)‖")
+    for ax in g.axes.flat:
+        if clipped.any():
+            for edge in (-CLIP_DECADES, CLIP_DECADES):
+                ax.axhline(edge, color="grey", ls=":", lw=0.8)
+            ax.text(0.02, 0.02, f"values beyond ±{CLIP_DECADES} decades drawn on the dotted line "
+                    f"({int(clipped.sum())} points)", transform=ax.transAxes, fontsize=7)
+    g.figure.suptitle("RNN: ‖∂h_T/∂h_(T−k)‖;  attention: ‖∂y_T/∂x_(T−k)‖", y=1.02, fontsize=9)
+    return g.figure
+
+
+def figure_attention_path(f):
+    lv = f["attention_level"]
+    g = sns.relplot(data=lv, x="T", y="log10_level", hue="input_scale", kind="line", marker="o",
+                    height=3.6, aspect=1.4, palette="viridis")
+    for ax in g.axes.flat:
+        for scale, part in lv.groupby("input_scale"):
+            ax.fill_between(part["T"], part.log10_min, part.log10_max, alpha=0.12)
+    g.set(xscale="log")
+    g.set_axis_labels("T", "log10 ‖∂y_T/∂x_(T−k)‖: mean over k, band min–max")
     return g.figure
 
 
@@ -327,10 +394,19 @@ def figure_maps(f):
 
 
 def figure_row_max(f):
-    g = sns.relplot(data=f["row_max"], x="d_k", y="row_max", hue="scaled", kind="line",
-                    marker="o", height=3.2, aspect=1.4)
+    rm = f["row_max"]
+    g = sns.relplot(data=rm, x="d_k", y="row_max", hue="scaled", kind="line", marker="o",
+                    height=3.2, aspect=1.4)
+    ax = g.ax
+    for scaled, part in rm.groupby("scaled"):
+        ax.fill_between(part.d_k, part.band_lo, part.band_hi, alpha=0.15)
+    lesson = f.get("row_max_lesson")
+    if lesson is not None and len(lesson):
+        ax.scatter(lesson.d_k, lesson.lesson_row_max, marker="x", color="k", zorder=5,
+                   label="the lesson's single draw")
+        ax.legend(loc="center right", fontsize=8)
     g.set(xscale="log")
-    g.set_axis_labels("d_k", "mean row maximum of A")
+    g.set_axis_labels("d_k", "mean row maximum of A (band: 95 % of draws)")
     return g.figure
 
 
@@ -360,10 +436,14 @@ def figure_routes(f):
 
 
 def figure_wall(f):
-    g = sns.relplot(data=f["wall_times"], x="T", y="seconds", hue="model", kind="line",
-                    marker="o", height=3.6, aspect=1.5)
+    w = f["wall_times"]
+    g = sns.relplot(data=w, x="T", y="seconds", hue="model", kind="line", marker="o",
+                    height=3.6, aspect=1.5)
+    if "seconds_lo" in w:
+        for (model, part), color in zip(w.groupby("model", sort=False), sns.color_palette()):
+            g.ax.vlines(part["T"], part.seconds_lo, part.seconds_hi, color=color, lw=2)
     g.set(xscale="log", yscale="log")
-    g.set_axis_labels("T", "forward wall time (s)")
+    g.set_axis_labels("T", "forward wall time (s), median and 95 % interval")
     return g.figure
 
 
@@ -440,7 +520,7 @@ def kernel_history(h, d=256, batch=1, dtype="float64"):
 
 # --------------------------------------------------------------------- build
 
-STAGES = 6          # the progress calls of _sections, for a bar with a count
+STAGES = 7          # the progress calls of _sections, for a bar with a count
 
 
 def _sections(config, progress):
@@ -450,6 +530,12 @@ def _sections(config, progress):
     frame, summary = gradpath.decay_sweep(config.decay)
     yield ("decay", "Gradient path: T−1 Jacobians against one α",
            {"decay": frame, "decay_summary": summary}, [("decay", figure_decay)])
+
+    progress("attention's path over T and input scale")
+    level = gradpath.path_levels(ATT, config.path_T, config.path_input_scales,
+                                 config.decay.ds[0], config.decay)
+    yield ("attention_path", "Attention's one α: flat in distance, not in T or input scale",
+           {"attention_level": level}, [("attention_level", figure_attention_path)])
 
     progress("clipping")
     clip = clipping.clipping_experiment(**dataclasses.asdict(config.clipping))
@@ -466,26 +552,32 @@ def _sections(config, progress):
     traces = {}
     sched = pd.concat([schedule.schedule(m, T, d, config.schedule.processors, grain,
                                          tr=depth.traced(traces, m, T, d))
-                       for grain in config.schedule.grains for m in config.decay.models],
+                       for grain in config.schedule.grains for m in (RNN, ATT)],
                       ignore_index=True)
     yield ("schedule", f"The {T}-token text on P processors", {"schedule": sched},
            [("schedule", figure_schedule)])
 
-    progress("wall times over T")
+    progress("wall times over T, in interleaved rounds")
     wall = walltime.measure_wall_times(config.wall)
-    cross = walltime.measured_crossover(wall, config.wall)
+    rates = walltime.matmul_rates(config.wall.d, config.wall)
+    kernel = walltime.noise_kernel(config.wall)
+    rates.update(timing.noise_floor(kernel, config.wall.rounds, config.wall.min_sample_s))
+    cross = walltime.measured_crossover(wall, config.wall, rates)
     expo = walltime.fit_exponents(wall, config.wall.fit_min_T)
     work = dt[["model", "T", "d", "macs", "flops"]]
-    yield ("work", "Work: multiplications cross at T = d", {"work": work, "crossover": cross},
-           [("work", figure_work)])
-    yield ("wall", "Measured: forward time against T", {"wall_times": wall, "exponents": expo},
-           [("wall_times", figure_wall)])
+    rates_frame = pd.DataFrame([{"d": config.wall.d, "threads": config.wall.threads, **rates}])
+    yield ("work", "Work: multiplications cross at T = d",
+           {"work": work, "crossover": cross, "rates": rates_frame}, [("work", figure_work)])
+    yield ("wall", "Measured: forward time against T",
+           {"wall_times": wall, "wall_samples": wall.attrs["samples"], "exponents": expo,
+            "rates": rates_frame}, [("wall_times", figure_wall)])
 
     progress("attention experiments of the lessons")
     maps = lessons.self_attention_maps(config.lessons)
     yield ("maps", "Self-attention: the diagonal, projections and √d_k",
            {"attention_maps": maps, "attention_diagonal": lessons.diagonal_share(maps),
-            "row_max": lessons.row_max_vs_dk(config.lessons)},
+            "row_max": lessons.row_max_vs_dk(config.lessons),
+            "row_max_lesson": lessons.lesson_draw_percentiles(config.lessons)},
            [("attention_maps", figure_maps), ("row_max", figure_row_max)])
     yield ("additive", "Additive attention: untrained map, no tanh, two gradient routes",
            {"additive_maps": lessons.additive_maps(),
@@ -496,6 +588,11 @@ def _sections(config, progress):
     if len(hist):
         yield ("history", "Benchmarks across commits (asv)", {"asv_history": hist},
                [("asv_history", figure_history)])
+
+
+def _claims_html(table):
+    view = table[["claim", "lesson", "verdict", "measured"]]
+    return view.to_html(index=False, escape=True, classes="table claims")
 
 
 def _table1(dt):
@@ -617,7 +714,7 @@ def build_report(out, config=DEFAULT, progress=None, command="harness report"):
 
 def _build(stage, config, progress, command):
     started = time.perf_counter()
-    sections = []
+    sections, read = [], {}
     for key, title, frames, figs in _sections(config, progress):
         _interrupt.checkpoint()
         for name, frame in frames.items():
@@ -630,8 +727,23 @@ def _build(stage, config, progress, command):
         if key == "depth":
             sec.table_html = _table1(back["depth"])
         sections.append(sec)
+        read.update(back)
+    table = claims.claims_table(read)
+    table.to_csv(stage / "claims.csv", index=False)
+    table = pd.read_csv(stage / "claims.csv")
+    counts = table.verdict.value_counts()
+    sections.insert(0, Section(
+        "claims", "The lessons' claims, measured", {"claims": table},
+        f"{len(table)} claims of the three lessons against this run's measurements: "
+        + ", ".join(f"{int(counts.get(v, 0))} {v}" for v in claims.VERDICTS)
+        + ". Each verdict is computed from the data by a rule in harness/claims.py; the columns "
+          "of every CSV are described in docs/data.md.", None, _claims_html(table)))
+    rates = read.get("rates")
+    noise = {k: float(rates[k].iloc[0]) for k in ("noise_ratio", "noise_ratio_lo",
+                                                   "noise_ratio_hi", "noise_floor")
+             if rates is not None and k in rates}
     meta = {"date": _dt.datetime.now().isoformat(timespec="seconds"), **machine.describe(),
-            "seconds": f"{time.perf_counter() - started:.1f}"}
+            **noise, "seconds": f"{time.perf_counter() - started:.1f}"}
     (stage / "machine.json").write_text(json.dumps(meta, indent=1, default=str))
     # index.html last: its presence marks a complete report
     atomic_write_text(stage / "index.html", render_html(sections, meta, command))

@@ -71,6 +71,12 @@ def measure_wall_times(config=DEFAULT, T_values=None):
     return frame
 
 
+def noise_kernel(config=DEFAULT, T=256):
+    """The callable the noise floor times under two labels: the baseline's forward at (T, d)."""
+    calls = _calls(T, config.d, config.seed)
+    return calls[config.baseline]
+
+
 def matmul_rates(d, config=DEFAULT, T=None):
     """Multiply rates (GMAC/s) of the two products the families are made of, each timed by its
     own microbenchmark at width d: ``gemm`` the grid's (T x d) @ (d x T), ``gemv`` the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import re
@@ -18,11 +19,17 @@ from harness import cli, report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
+# the quick report, smaller where it only costs time: fewer timed lengths, draws and path lengths
+TEST = dataclasses.replace(
+    report.QUICK, wall=dataclasses.replace(report.QUICK.wall, T_values=(32, 64, 128, 256, 512),
+                                           rounds=5),
+    path_T=(64, 256), lessons=dataclasses.replace(report.QUICK.lessons, draws=400))
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("rep") / "report"
-    cfg = report.QUICK
+    cfg = TEST
     report.build_report(out, cfg, command="harness report --quick --out <x> & 'y'")
     return out
 
@@ -98,7 +105,7 @@ def _expected_in_captions(out):
         "decay": [f"is {p10(K * math.log10(0.9))} through the linear RNN",  # k log10 rho exactly
                   f"and {p10(tanh)} through tanh", f"averages {p10(near)} over the nearest",
                   f"and {p10(far)} over the farthest",
-                  f"({int(tanh_rows.bound_respected.sum())} of {len(tanh_rows)})"],
+                  f"respected by {int(tanh_rows.bound_respected.sum())} of {len(tanh_rows)}"],
         "clipping": [f"ρ = {c.index.max():g}", p10(c.loc[c.index.max(), "log10_total_before"]),
                      p10(c.loc[c.index.max(), "log10_far_over_near_after"]),
                      p10(c.loc[c.index.min(), "log10_far_over_near_after"])],
@@ -157,7 +164,7 @@ def test_nothing_half_written_on_failure(tmp_path, monkeypatch):
     monkeypatch.setattr(report.depth, "depth_table", boom)
     out = tmp_path / "rep"
     with pytest.raises(RuntimeError):
-        report.build_report(out, report.QUICK)
+        report.build_report(out, TEST)
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []          # no staging folder left behind
 
@@ -238,7 +245,7 @@ def _caption(out, key):
 
 def test_depth_and_schedule_captions_state_the_closed_forms(built):
     """The numbers in the captions, against closed forms derived by hand, not from the CSVs."""
-    cfg = report.QUICK
+    cfg = TEST
     T0, T1, d = min(cfg.depth.T_values), max(cfg.depth.T_values), cfg.depth.d
 
     def lg(n):                                                      # ceil(log2 n)
@@ -246,14 +253,14 @@ def test_depth_and_schedule_captions_state_the_closed_forms(built):
 
     cap = _caption(built, "depth")
     assert f"from {3 * T0} to {3 * T1} operations" in cap           # RNN: 3 ops per step
-    assert "span stays 9 and its path 2" in cap                     # attention: constant
+    assert "span stays 9 operations and its path 2" in cap          # attention: constant
     # attention's scalar span 7 + 2 ceil(log2 d) + 3 ceil(log2 T): log T + log d
     assert f"from {7 + 2 * lg(d) + 3 * lg(T0)} to {7 + 2 * lg(d) + 3 * lg(T1)}" in cap
     T, ds = cfg.schedule.T_values[0], cfg.schedule_d
     cap = _caption(built, "schedule")
     assert f"span of {T * (lg(ds) + 3):,}" in cap                   # RNN, scalar tasks
     assert f"floor of {T * (ds + 2):,} steps" in cap                # RNN, element tasks
-    assert f"(span {7 + 2 * lg(ds) + 3 * lg(T)})" in cap             # attention, scalar tasks
+    assert f"its span, {7 + 2 * lg(ds) + 3 * lg(T)}, is not constant" in cap   # attention, scalar tasks
 
 
 def test_work_caption_crossover_is_at_d(built):
@@ -270,3 +277,25 @@ def test_report_files_are_readable_by_others(built):
     assert built.stat().st_mode & 0o777 == 0o777 & ~mask      # not mkdtemp's 0700
     for path in built.iterdir():
         assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path.name
+
+
+def test_the_first_section_is_the_claims_table(built):
+    from harness import claims
+    secs = _sections(_html(built))
+    assert secs[0][0] == "claims" and secs[0][2] == ["claims"]
+    t = pd.read_csv(built / "claims.csv")
+    assert len(t) >= 10 and set(t.verdict) <= set(claims.VERDICTS)
+    counts = t.verdict.value_counts()
+    for v in claims.VERDICTS:                       # the caption's counts are the table's
+        assert f"{int(counts.get(v, 0))} {v}" in secs[0][1]
+    page = _html(built)
+    assert page.index('id="claims"') < page.index('id="decay"')
+
+
+def test_machine_json_holds_the_noise_floor(built):
+    import json
+    meta = json.loads((built / "machine.json").read_text())
+    rates = pd.read_csv(built / "rates.csv").iloc[0]
+    assert meta["noise_floor"] == pytest.approx(rates.noise_floor)
+    assert meta["noise_ratio_lo"] <= meta["noise_ratio"] <= meta["noise_ratio_hi"]
+    assert meta["noise_floor"] >= abs(meta["noise_ratio"] - 1)

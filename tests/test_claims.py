@@ -1,0 +1,112 @@
+"""The claims table: each verdict follows its rule, in both directions, on frames built by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from harness import claims
+from harness.claims import FAILS, HOLDS, QUALIFIED
+
+
+def _depth(rnn_span, att_span, att_scalar, Ts=(50, 100, 200)):
+    rows = [dict(model="rnn", T=T, span=s, scalar_span=0) for T, s in zip(Ts, rnn_span)]
+    rows += [dict(model="attention", T=T, span=s, scalar_span=c)
+             for T, s, c in zip(Ts, att_span, att_scalar)]
+    return {"depth": pd.DataFrame(rows)}
+
+
+def test_depth_claims_follow_their_rules():
+    f = _depth([150, 300, 600], [9, 9, 9], [40, 43, 46])
+    assert claims.depth_in_sequence(f)["verdict"] == HOLDS
+    assert claims.attention_constant_stages(f)["verdict"] == QUALIFIED     # scalar span grows
+    assert claims.depth_in_sequence(_depth([150, 310, 600], [9] * 3, [1] * 3))["verdict"] == FAILS
+    assert claims.attention_constant_stages(_depth([1] * 3, [9, 9, 9], [7, 7, 7]))["verdict"] == HOLDS
+    assert claims.attention_constant_stages(_depth([1] * 3, [9, 10, 11], [7] * 3))["verdict"] == FAILS
+
+
+def _schedule(t1, tT, T=800):
+    return {"schedule": pd.DataFrame([dict(model="rnn", grain="scalar", T=T, P=1, time=t1),
+                                      dict(model="rnn", grain="scalar", T=T, P=T, time=tT)])}
+
+
+def test_processors_claim_reads_the_speedup():
+    row = claims.processors_change_nothing(_schedule(13_107_200, 16_391))
+    assert row["verdict"] == FAILS and row["value"] == 13_107_200 / 16_391
+    assert "799.7×" in row["measured"]
+    assert claims.processors_change_nothing(_schedule(1000, 900))["verdict"] == HOLDS
+
+
+def _crossover(T, lo, hi, d=512):
+    return {"crossover": pd.DataFrame([dict(variant="attention", d=d, measured_T=T, measured_T_lo=lo,
+                                            measured_T_hi=hi, extrapolated_T=math.nan,
+                                            predicted_T=2 * d)])}
+
+
+def test_wall_time_claim_holds_only_when_the_interval_holds_d():
+    assert claims.wall_time_crosses_at_d(_crossover(1058, 957, 1106))["verdict"] == FAILS
+    assert claims.wall_time_crosses_at_d(_crossover(530, 480, 560))["verdict"] == HOLDS
+    row = claims.wall_time_crosses_at_d(_crossover(1058, 957, 1106))
+    assert (row["low"], row["high"]) == (957 / 512, 1106 / 512)
+    assert claims.wall_time_crosses_at_d(_crossover(530, math.nan, math.nan))["verdict"] == FAILS
+
+
+def test_counts_cross_at_d():
+    d = 64
+    rows = [dict(model=m, T=T, d=d, macs=2 * T * d * d if m == "rnn" else 2 * T * T * d)
+            for m in ("rnn", "attention") for T in (16, 32, 128, 256)]
+    row = claims.counts_cross_at_d({"work": pd.DataFrame(rows)})
+    assert row["verdict"] == HOLDS and abs(row["value"] - 1.0) < 1e-12
+
+
+def _row_max(scaled_lo, scaled_hi):
+    rows = []
+    for dk, (u, s) in ((8, (0.68, scaled_lo)), (512, (0.96, scaled_hi))):
+        rows.append(dict(d_k=dk, scaled=False, row_max=u, mean_lo=u - .002, mean_hi=u + .002, draws=2000))
+        rows.append(dict(d_k=dk, scaled=True, row_max=s, mean_lo=s - .002, mean_hi=s + .002, draws=2000))
+    return {"row_max": pd.DataFrame(rows)}
+
+
+def test_sqrt_dk_claim_tells_growth_from_a_flat_curve():
+    assert claims.sqrt_dk(_row_max(0.410, 0.420))["verdict"] == QUALIFIED
+    assert claims.sqrt_dk(_row_max(0.330, 0.486))["verdict"] == HOLDS
+
+
+def test_decay_claims():
+    rhos = (0.5, 0.9, 1.1)
+    s = pd.DataFrame([dict(model="rnn", activation=a, weight="orthogonal", input_scale=1.0, T=100,
+                           rho=r, fitted_rate=math.log(r) - (0.1 if a == "tanh" else 0.0),
+                           log10_far=99 * math.log10(r) - (5 if a == "tanh" else 0))
+                      for r in rhos for a in ("identity", "tanh")]
+                     + [dict(model="attention", activation="softmax", weight=np.nan, input_scale=1.0,
+                             T=100, rho=np.nan, fitted_rate=1e-4, log10_far=-2.0)])
+    f = {"decay_summary": s}
+    assert claims.vanishing_with_radius(f)["verdict"] == HOLDS
+    assert claims.tanh_makes_it_worse(f)["verdict"] == HOLDS
+    assert claims.attention_one_factor(f)["verdict"] == HOLDS          # no level frame: flat
+    worse = s.copy()
+    worse.loc[(worse.activation == "tanh") & (worse.rho == 0.9), "log10_far"] += 10
+    assert claims.tanh_makes_it_worse({"decay_summary": worse})["verdict"] == FAILS
+    level = pd.DataFrame([dict(T=T, input_scale=sc, log10_level=-math.log10(T),
+                               log10_min=-30 if sc == 4 else -3, log10_max=0.3)
+                          for T in (64, 256, 1024) for sc in (1.0, 4.0)])
+    row = claims.attention_one_factor({"decay_summary": s, "attention_level": level})
+    assert row["verdict"] == QUALIFIED and "T^-1.00" in row["measured"]
+
+
+def test_lesson_figure_claims():
+    diag = pd.DataFrame([dict(rows=6, rows_max_on_diagonal=6)] * 3)
+    assert claims.diagonal_without_projections({"attention_diagonal": diag})["verdict"] == HOLDS
+    diag.loc[1, "rows_max_on_diagonal"] = 5
+    assert claims.diagonal_without_projections({"attention_diagonal": diag})["verdict"] == FAILS
+    routes = pd.DataFrame([dict(va_scale=0.5, value_norm=2.83031, score_norm=0.25559)])
+    assert claims.additive_routes({"additive_routes": routes})["verdict"] == HOLDS
+    routes.loc[0, "score_norm"] = 0.26
+    assert claims.additive_routes({"additive_routes": routes})["verdict"] == FAILS
+
+
+def test_missing_sections_are_left_out():
+    t = claims.claims_table(_depth([150, 300, 600], [9] * 3, [40, 43, 46]))
+    assert list(t.columns) == claims.COLUMNS and len(t) == 2
