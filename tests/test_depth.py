@@ -56,8 +56,22 @@ def test_count_table_has_every_part():
     counts = depth.count_table([5], 8)
     parts = set(zip(counts.model, counts.part))
     assert parts == {("rnn", "input"), ("rnn", "recurrence"), ("attention", "projections"),
-                     ("attention", "grid"), ("attention", "mix")}
+                     ("attention", "grid"), ("attention", "mix"), ("lru", "input"),
+                     ("lru", "recurrence"), ("lru-scan", "input"), ("lru-scan", "recurrence")}
     assert (counts.macs == counts.closed_form).all()
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 7, 8, 33, 64])
+@pytest.mark.parametrize("d,other", [(1, 1), (3, 5), (16, 8)])
+def test_linear_recurrence_counts_equal_closed_forms(T, d, other):
+    """The loop multiplies T d_h times by lam; the scan about twice (2T - 3 per channel at T = 2^n)."""
+    for form in ("lru", "lru-scan"):
+        counted = depth.trace_model(form, T, d, d_h=other).macs_by_part()
+        closed = models.form(form)[1].macs(T, d, d_h=other)
+        assert counted == {k: v for k, v in closed.items() if v}, form
+    assert models.form("lru")[1].macs(T, d, d_h=other)["recurrence"] == T * other
+    if T & (T - 1) == 0 and T > 1:
+        assert models.form("lru-scan")[1].macs(T, d, d_h=other)["recurrence"] == (2 * T - 3) * other
 
 
 def test_trace_names_the_grid_and_the_mix_when_T_equals_d():
@@ -98,9 +112,52 @@ def test_path_is_position_exact():
 
 def test_tracing_T2000_is_tractable():
     tab = depth.depth_table([2000], 512)
-    assert set(tab.model) == {"rnn", "attention"}
+    assert set(tab.model) == set(models.traced_forms())
     assert tab.set_index("model").loc["rnn", "span"] == 6000
     assert tab.set_index("model").loc["attention", "span"] == 9
+    assert tab.set_index("model").loc["lru", "span"] == 4000
+    assert tab.set_index("model").loc["lru-scan", "span"] == 1 + 2 * (10 + 10)   # 2000 .. 3 halve
+
+
+LOG_T = range(6, 17)       # T = 2^6 .. 2^16
+
+
+@pytest.mark.parametrize("d", [1, 8, 64])
+def test_scan_span_is_logarithmic_and_the_loop_linear(d):
+    """At T = 2^n the scan's span is the GEMM, then 2n - 1 combine levels of two ops each
+    (multiply, add): n up-sweep levels and n - 1 down-sweep levels, 4n - 1 in all; the
+    loop's is two ops per step."""
+    for n in LOG_T:
+        T = 2 ** n
+        tr = depth.trace_model("lru-scan", T, d)
+        assert tr.span == 1 + 2 * (2 * n - 1)
+        assert tr.span - 1 == 2 * (2 * clog2(T) - 1)         # within a constant of 2 ceil(log2 T)
+        assert tr.max_path == 1 + 2 * n                        # x_1 climbs the up-sweep to h_T
+        # element-exact: the deepest state waits for 2n - 2 combines after the GEMM
+        assert tr.scalar_span == 1 + clog2(d) + 2 * (2 * n - 2)
+        if n <= 12:                                            # the loop, T steps of (mul, add)
+            loop = depth.trace_model("lru", T, d)
+            assert loop.span == loop.max_path == 2 * T
+            assert loop.scalar_span == 2 * T + clog2(d)
+
+
+def test_scan_span_for_any_T():
+    """Between powers of two: floor(log2 T) up levels, and a down level wherever the
+    recursion still has more than two states."""
+    for T in range(1, 200):
+        up, down, n = 0, 0, T
+        while n > 1:
+            down += n > 2
+            up += 1
+            n //= 2
+        assert depth.trace_model("lru-scan", T, 2).span == 1 + 2 * (up + down), T
+
+
+def test_scan_work_is_about_twice_the_loops():
+    tab = depth.count_table([2 ** 10], 16).set_index(["model", "part"])["macs"]
+    ratio = tab[("lru-scan", "recurrence")] / tab[("lru", "recurrence")]
+    assert ratio == pytest.approx(2.0, abs=0.01)
+    assert tab[("lru-scan", "input")] == tab[("lru", "input")]
 
 
 def test_untraceable_operation_is_refused():
@@ -108,8 +165,46 @@ def test_untraceable_operation_is_refused():
     X = trace.leaf(g, "X", (3, 2), ("T", "d_model"), source_row=0)
     with pytest.raises(TypeError, match="np.sin"):
         np.sin(X)
-    with pytest.raises(TypeError, match="concatenate"):
-        np.concatenate([X, X])
+    with pytest.raises(TypeError, match="sort"):
+        np.sort(X)
+    with pytest.raises(TypeError, match="cumsum"):
+        np.cumsum(X)
+
+
+def test_concatenate_and_reshape_are_free_views_that_keep_their_lineage():
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (6, 4), ("T", "d_model"), source_row=0)
+    a, b = np.exp(X[0:3]), np.tanh(np.exp(X[3:6]))          # scalar depths 1 and 2
+    before = len(g.ops)
+    c = np.concatenate([a, b], axis=0)
+    assert len(g.ops) == before and c.shape == (6, 4) and c.axes == ("T", "d_model")
+    assert sorted(i for i, _ in c.deps) == sorted([a.owner, b.owner])
+    np.testing.assert_array_equal(c.sdepth[:, 0], [1, 1, 1, 2, 2, 2])
+    np.testing.assert_array_equal(c.dist[:, 0], [1, np.inf, np.inf, np.inf, np.inf, np.inf])
+    # interleave by stack + reshape: rows a0, b0, a1, b1, ...; nothing recorded
+    s = np.stack([a, b], axis=-2).reshape(6, 4)
+    assert len(g.ops) == before and s.shape == (6, 4) and s.axes == ("T", "d_model")
+    np.testing.assert_array_equal(s.sdepth[:, 0], [1, 2, 1, 2, 1, 2])
+    assert X.reshape(24).axes == ("T",) and X.reshape((2, 3, 4)).axes == ("T", "T", "d_model")
+    # strided slices keep per-element depths
+    np.testing.assert_array_equal(X[0::2].dist[:, 0], [0, np.inf, np.inf])
+    # the twin on plain arrays: the same shapes
+    A = np.arange(24.0).reshape(6, 4)
+    assert np.concatenate([A[0:3], A[3:6]], axis=0).shape == c.shape
+
+
+def test_elementwise_products_count_under_their_weights_part():
+    g = trace.Graph(weight_parts={"lam": "recurrence", "B": "input"})
+    lam = trace.leaf(g, "lam", (4,), ("d_h",))
+    U = trace.leaf(g, "U", (5, 4), ("T", "d_h"), source_row=0)
+    sq = lam * lam                          # a power of the weight: still the weight's part
+    assert sq.part == "recurrence" and g.ops[-1].part == "recurrence" and g.ops[-1].macs == 4
+    y = sq * U                              # scales a state: counted, (5, 4) products
+    assert g.ops[-1].part == "recurrence" and g.ops[-1].macs == 20 and y.part is None
+    U * U                                   # neither operand a weight: its own part
+    assert g.ops[-1].part == "mul" and g.ops[-1].macs == 20
+    U + lam                                 # additions are not multiplications
+    assert g.ops[-1].macs == 0
 
 
 def test_causal_attention_traces():
@@ -170,7 +265,7 @@ def _naive_schedule(tg, P):
     return steps
 
 
-@pytest.mark.parametrize("model", models.NAMES)
+@pytest.mark.parametrize("model", list(models.traced_forms()))
 @pytest.mark.parametrize("grain", schedule.GRAINS)
 def test_greedy_schedule_matches_naive_twin(model, grain):
     tr = depth.trace_model(model, 4, 3)
@@ -184,7 +279,7 @@ def test_greedy_schedule_matches_naive_twin(model, grain):
         assert busy == tg.work and done == len(tg.indeg)
 
 
-@pytest.mark.parametrize("model", models.NAMES)
+@pytest.mark.parametrize("model", list(models.traced_forms()))
 @pytest.mark.parametrize("grain", schedule.GRAINS)
 def test_brent_bounds_hold(model, grain):
     rng = np.random.default_rng(0)
@@ -215,11 +310,31 @@ def test_bounds_ok_reports_a_schedule_that_breaks_them(monkeypatch):
 
 
 def test_scheduled_span_equals_traced_scalar_span():
-    for model in models.NAMES:
-        for T, d in ((1, 1), (5, 3), (30, 16)):
+    for model in models.traced_forms():
+        for T, d in ((1, 1), (5, 3), (30, 16), (64, 4)):
             tr = depth.trace_model(model, T, d)
-            assert schedule.task_graph(tr, "scalar").span == tr.scalar_span
-            assert schedule.task_graph(tr, "scalar").work == tr.scalar_work
+            tg = schedule.task_graph(tr, "scalar")
+            assert tg.work == tr.scalar_work
+            if model != "lru-scan":
+                assert tg.span == tr.scalar_span
+            else:
+                # a down-sweep op reads part of a view that also holds the sweep's total, and a
+                # task waits for whole inputs: one combine (2 levels) more than the exact span
+                assert tr.scalar_span <= tg.span <= tr.scalar_span + 2
+
+
+def test_scan_falls_to_its_logarithmic_span_where_the_rnn_stops_at_its_chain():
+    d, T = 8, 256
+    Ps = [1, 16, 256, 4096, 10**6]
+    frame = schedule.schedule_table([T], d, Ps, grains=("scalar",), families=("rnn", "lru"))
+    t = frame.pivot(index="P", columns="model", values="time")
+    span = frame.groupby("model")["span"].first()
+    assert t.loc[10**6, "rnn"] == T * (clog2(d) + 3)          # the chain of T steps
+    assert t.loc[10**6, "lru"] == span["lru"] >= 2 * T        # the loop: T steps as well
+    assert t.loc[10**6, "lru-scan"] == span["lru-scan"] <= 1 + clog2(d) + 2 * (2 * 8 - 1)
+    assert t.loc[10**6, "lru-scan"] < t.loc[10**6, "rnn"] / 40
+    assert t.loc[1, "lru-scan"] < 1.2 * t.loc[1, "lru"]       # about the same work, ...
+    assert t.loc[4096, "lru-scan"] < t.loc[4096, "lru"] / 5   # ... far less time on many P
 
 
 def test_rnn_plateaus_once_P_passes_about_d_and_attention_keeps_falling():
@@ -363,7 +478,7 @@ def test_trace_model_refuses_what_does_not_fit(monkeypatch):
         depth.trace_model("attention", 100_000, 4)
 
 
-@pytest.mark.parametrize("model", models.NAMES)
+@pytest.mark.parametrize("model", list(models.traced_forms()))
 @pytest.mark.parametrize("T,d", [(400, 50), (1000, 20), (20, 300)])
 def test_trace_memory_estimate_is_an_upper_bound(model, T, d):
     import tracemalloc
@@ -373,7 +488,7 @@ def test_trace_memory_estimate_is_an_upper_bound(model, T, d):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    est = models.get(model).trace_memory_bytes(T, d)
+    est = models.form(model)[1].trace_memory_bytes(T, d)
     assert peak <= est <= 4 * peak + 2**20
 
 
@@ -383,7 +498,7 @@ def test_each_model_and_T_is_traced_once(monkeypatch, capsys):
     monkeypatch.setattr(depth, "trace_model", lambda m, T, d, **k: calls.append((m, T)) or real(m, T, d, **k))
     assert cli.main(["depth", "--T", "8", "16", "--d", "4", "--schedule-T", "16", "--P", "1", "4",
                      "--no-measure"]) == 0
-    assert sorted(calls) == sorted({(m, T) for m in models.NAMES for T in (8, 16)})
+    assert sorted(calls) == sorted({(m, T) for m in models.traced_forms() for T in (8, 16)})
 
 
 def test_cli_scaling_T_defaults_to_the_config(monkeypatch, capsys):
@@ -430,7 +545,7 @@ def test_cli_writes_depth_csv(tmp_path, capsys):
     assert row.loc[("attention", 800), "max_path"] == 2
     sched = pd.read_csv(out / "schedule.csv")
     lesson = sched[(sched["T"] == 800) & (sched["P"] == 800)]
-    assert set(lesson.model) == {"rnn", "attention"}
+    assert set(lesson.model) == set(models.traced_forms())
     assert lesson.bounds_ok.all()
     printed = capsys.readouterr().out
     assert "Table 1" in printed and "800 tokens on 800 processors" in printed
