@@ -63,7 +63,7 @@ class DecayRate(common.Benchmark):
         frame = common.analyser("models.rnn").rnn_decay(T=D.Ts[0], d=D.ds[0], rho=rho,
                                                         weight="orthogonal",
                                                         activation=activation, seed=D.seed)
-        self.rate = float(gradpath.summarise(frame, D.fit_from)["fitted_rate"].iloc[0])
+        self.rate = float(gradpath.summarise(frame, D.fit_from)["ln_rate"].iloc[0])
 
     def track_fitted_rate(self, activation, rho):
         return self.rate
@@ -81,7 +81,7 @@ class AttentionDecayRate(common.Benchmark):
         gradpath = common.analyser("gradpath")
         D = gradpath.DEFAULT
         frame = common.analyser("models.attention").attention_paths(T=D.Ts[0], d=D.ds[0], seed=D.seed)
-        self.rate = float(gradpath.summarise(frame, D.fit_from)["fitted_rate"].iloc[0])
+        self.rate = float(gradpath.summarise(frame, D.fit_from)["ln_rate"].iloc[0])
 
     def track_fitted_rate(self):
         return self.rate

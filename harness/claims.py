@@ -107,7 +107,7 @@ def vanishing_with_radius(f):
     """The linear RNN's fitted decay per step is log(rho), for every rho."""
     s = f["decay_summary"]
     lin = s[(s.model == RNN) & (s.activation == "identity") & (s.weight == "orthogonal")]
-    err = float((lin.fitted_rate - np.log(lin.rho)).abs().max())
+    err = float((lin.ln_rate - np.log(lin.rho)).abs().max())
     return _row("Through W_hh the signal vanishes or explodes with the spectral radius",
                 "goodbye to recurrence",
                 f"the linear RNN's norm falls by exactly ρ per step for ρ = "
@@ -143,7 +143,7 @@ def clipping_stops_explosion_only(f):
 def attention_one_factor(f):
     """Attention's path is flat in distance; its level falls as 1/T and saturation breaks it."""
     s = f["decay_summary"]
-    rate = float(s[(s.model == ATT) & (s.input_scale == s.input_scale.min())].fitted_rate.iloc[0])
+    rate = float(s[(s.model == ATT) & (s.input_scale == s.input_scale.min())].ln_rate.iloc[0])
     flat = abs(rate) < 0.01
     lv = f.get("attention_level")
     extra = ""

@@ -12,7 +12,7 @@ module runs the grid of ``DecayConfig`` over every family and summarises it:
   before any work.
 
 Natural logs are used inside; the frames report log10 (``log10_norm``) and
-rates per step in natural log (``fitted_rate`` against ``log(rho)``).
+rates per step in natural log (``ln_rate`` against ``log(rho)``).
 """
 
 from __future__ import annotations
@@ -30,15 +30,18 @@ DEFAULT = DecayConfig()      # every default lives in harness.config
 
 # summary columns, in order: the configuration, then what is fitted and its theory
 KEYS = ["model", "weight", "activation", "rho", "input_scale", "T", "d", "seed"]
-SUMMARY = KEYS + ["fitted_rate", "sigma_max", "fitted_rate_probe", "theory_rate", "bound_rate",
+SUMMARY = KEYS + ["ln_rate", "sigma_max", "ln_rate_probe", "ln_rate_theory", "ln_rate_bound",
                   "bound_respected", "log10_transient", "log10_near", "log10_far"]
+# Family.path_summary's keys -> the summary's columns, whose names say their log (ln per step)
+RENAME = {"fitted_rate": "ln_rate", "fitted_rate_probe": "ln_rate_probe",
+          "theory_rate": "ln_rate_theory", "bound_rate": "ln_rate_bound"}
 
 
 def summarise(frame, fit_from=DEFAULT.fit_from):
     """One row per configuration: its family's fitted rate per step (ln) beside the theory.
 
-    ``fitted_rate``: slope of ln ||.|| against k (on k >= fit_from*(T-1) where the
-    family has transients); ``theory_rate``, ``bound_rate``, ``bound_respected`` and
+    ``ln_rate``: slope of ln ||.|| against k (on k >= fit_from*(T-1) where the
+    family has transients); ``ln_rate_theory``, ``ln_rate_bound``, ``bound_respected`` and
     ``log10_transient`` as the family defines them (``Family.path_summary``);
     ``log10_near`` / ``log10_far``: the norm at k = 1 and k = T-1.
     """
@@ -47,7 +50,8 @@ def summarise(frame, fit_from=DEFAULT.fit_from):
         g = g.sort_values("distance")
         row = dict(zip(KEYS, key))
         row["sigma_max"] = float(g["sigma_max"].iloc[0])
-        row.update(models.get(row["model"]).path_summary(g, fit_from))
+        row.update({RENAME.get(k, k): v
+                    for k, v in models.get(row["model"]).path_summary(g, fit_from).items()})
         row["log10_near"] = float(g["log10_norm"].iloc[0])
         row["log10_far"] = float(g["log10_norm"].iloc[-1])
         rows.append(row)

@@ -73,7 +73,7 @@ def caption_decay(f):
     kmax = int(att.distance.max())
     near = att[att.distance <= kmax / 4].log10_norm.mean()
     far_q = att[att.distance > 3 * kmax / 4].log10_norm.mean()
-    arate = s[(s.model == ATT) & (s.input_scale == 1.0)].fitted_rate.iloc[0]
+    arate = s[(s.model == ATT) & (s.input_scale == 1.0)].ln_rate.iloc[0]
     srnn = s[(s.model == RNN) & (s.activation == "tanh")]
     return (f"At ρ = 0.9 the signal from {far} steps back is {_pow10(lin.log10_norm.iloc[0])} "
             f"through the linear RNN (theory {far}·log10 0.9 = {_pow10(far * math.log10(0.9))}) and "

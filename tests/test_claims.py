@@ -77,11 +77,11 @@ def test_sqrt_dk_claim_tells_growth_from_a_flat_curve():
 def test_decay_claims():
     rhos = (0.5, 0.9, 1.1)
     s = pd.DataFrame([dict(model="rnn", activation=a, weight="orthogonal", input_scale=1.0, T=100,
-                           rho=r, fitted_rate=math.log(r) - (0.1 if a == "tanh" else 0.0),
+                           rho=r, ln_rate=math.log(r) - (0.1 if a == "tanh" else 0.0),
                            log10_far=99 * math.log10(r) - (5 if a == "tanh" else 0))
                       for r in rhos for a in ("identity", "tanh")]
                      + [dict(model="attention", activation="softmax", weight=np.nan, input_scale=1.0,
-                             T=100, rho=np.nan, fitted_rate=1e-4, log10_far=-2.0)])
+                             T=100, rho=np.nan, ln_rate=1e-4, log10_far=-2.0)])
     f = {"decay_summary": s}
     assert claims.vanishing_with_radius(f)["verdict"] == HOLDS
     assert claims.tanh_makes_it_worse(f)["verdict"] == HOLDS

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import _fit, attention, cli, clipping, gradpath, lessons, reference, rnn
+from harness import _fit, attention, cli, clipping, gradpath, lessons, models, reference, rnn
 from harness.models import attention as matt
 from harness.models import rnn as mrnn
 
@@ -215,17 +215,17 @@ def test_summary_rates_against_theory_and_the_bound():
     assert len(frame) == len(summary) * 199
     lin = summary[summary["activation"] == "identity"]
     orth = lin[lin["weight"] == "orthogonal"]
-    np.testing.assert_allclose(orth["fitted_rate"], np.log(orth["rho"]), atol=1e-12)
+    np.testing.assert_allclose(orth["ln_rate"], np.log(orth["rho"]), atol=1e-12)
     gauss = lin[lin["weight"] == "gaussian"]
-    np.testing.assert_allclose(gauss["fitted_rate"], np.log(gauss["rho"]), atol=0.01)
+    np.testing.assert_allclose(gauss["ln_rate"], np.log(gauss["rho"]), atol=0.01)
     assert (gauss["log10_transient"] > 0.05).all()         # non-normal: growth beyond rho^k
     tanh = summary[summary["activation"] == "tanh"]
-    assert tanh["theory_rate"].isna().all()
-    np.testing.assert_allclose(tanh["bound_rate"], np.log(tanh["sigma_max"]), atol=1e-12)
-    assert (tanh["fitted_rate"] <= tanh["bound_rate"]).all()
+    assert tanh["ln_rate_theory"].isna().all()
+    np.testing.assert_allclose(tanh["ln_rate_bound"], np.log(tanh["sigma_max"]), atol=1e-12)
+    assert (tanh["ln_rate"] <= tanh["ln_rate_bound"]).all()
     assert summary["bound_respected"].all()
     # saturation (larger input scale) decays faster, all else equal
-    t = tanh.set_index(["weight", "rho", "input_scale"])["fitted_rate"]
+    t = tanh.set_index(["weight", "rho", "input_scale"])["ln_rate"]
     for w in ("orthogonal", "gaussian"):
         for rho in (0.5, 0.9, 1.1):
             assert t[(w, rho, 4.0)] < t[(w, rho, 1.0)]
@@ -237,10 +237,10 @@ def test_frame_has_the_tidy_columns():
     for col in ["model", "T", "d", "rho", "activation", "weight", "input_scale", "distance",
                 "log10_norm"]:
         assert col in frame.columns
-    assert set(frame["model"]) == {"rnn", "attention"}
+    assert set(frame["model"]) == set(models.NAMES)               # every registered family
     assert not frame.duplicated(["model", "weight", "activation", "rho", "input_scale", "T", "d",
                                  "distance"]).any()
-    assert {"fitted_rate", "theory_rate", "bound_rate"} <= set(summary.columns)
+    assert {"ln_rate", "ln_rate_theory", "ln_rate_bound"} <= set(summary.columns)
 
 
 def test_rnn_gradient_norms_rejects_bad_input():
@@ -532,7 +532,7 @@ def test_cli_non_numeric_rho_is_an_argparse_error(capsys, decay_only):
 def test_cli_run_writes_the_csvs(tmp_path, capsys, decay_only):
     out = tmp_path / "decay"
     rc = cli.main(["decay", "--rho", "0.9", "1.5", "--T", "40", "--d", "6", "--activation", "tanh",
-                   "--input-scale", "1", "--out", str(out)])
+                   "--input-scale", "1", "--model", "rnn", "attention", "--out", str(out)])
     cap = capsys.readouterr()
     assert rc == 0
     frame = pd.read_csv(out / "decay.csv")
@@ -541,7 +541,7 @@ def test_cli_run_writes_the_csvs(tmp_path, capsys, decay_only):
     assert len(frame) == len(summary) * 39
     assert set(frame["distance"]) == set(range(1, 40))
     assert (out / "decay_clipping.csv").exists() and (out / "decay_additive.csv").exists()
-    assert "fitted_rate" in cap.out and "decay:" in cap.err
+    assert "ln_rate" in cap.out and "decay:" in cap.err
     assert not list(out.glob(".*.tmp"))                    # nothing half-written left behind
 
 

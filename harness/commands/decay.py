@@ -106,8 +106,8 @@ def run(args):
         with output_set(out) as files:             # the four files move in together
             for name, f in zip(FILES, (frame, summary, clip_frame, additive)):
                 files.write_csv(name, f)
-        cols = ["model", "weight", "activation", "rho", "input_scale", "T", "d", "fitted_rate",
-                "theory_rate", "bound_rate", "bound_respected", "log10_far"]
+        cols = ["model", "weight", "activation", "rho", "input_scale", "T", "d", "ln_rate",
+                "ln_rate_theory", "ln_rate_bound", "bound_respected", "log10_far"]
         with pd.option_context("display.width", 200, "display.max_rows", 500):
             print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         print(f"\nwrote {len(frame)} rows to {out / 'decay.csv'} and {len(summary)} to "

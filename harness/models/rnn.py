@@ -259,6 +259,9 @@ def rnn_decay(T=256, d=32, rho=0.9, weight="orthogonal", activation="tanh", inpu
         "log10_linear": k * math.log10(rho),
         "log10_bound": k * log10_sigma,              # gamma = 1: |tanh'| <= 1
         "log10_value": np.nan, "log10_score": np.nan,
+        # which norm log10_norm is: the exact spectral norm, or the probe (a lower bound) where
+        # the O(T d^3) product was skipped (d > exact_max_d, or measure="probe")
+        "norm_measure": "spectral" if measure != "probe" else "probe",
     })
 
 
