@@ -116,9 +116,18 @@ def test_decay_figure_draws_each_radius_its_bound_and_attention_in_both_panels()
             color = legend[_label(labels, "RNN", f"{rho:g}")]
             r = d[(d.model == RECURRENCE) & (d.weight == "orthogonal") & (d.input_scale == 1.0)
                   & (d.activation == act) & (d.rho == rho)]
-            keep = r[(r.log10_norm > -60) & (r.log10_norm < 60)]
-            want = sorted([_xy(keep.distance, keep.log10_norm), _xy(r.distance, r.log10_bound)])
-            assert _curves(ax, color) == want, (act, rho)
+            want_bound = _xy(r.distance, r.log10_bound)
+            drawn = _curves(ax, color)
+            assert len(drawn) == 2 and want_bound in drawn, (act, rho)
+            measured = dict(zip(*drawn[1 - drawn.index(want_bound)]))
+            # inside the window every point as measured; the one beyond -60 decades is left
+            # out or drawn on the window's edge, never below it
+            inside = r[r.log10_norm.abs() < 60]
+            assert {k: measured[k] for k in inside.distance} == dict(zip(inside.distance,
+                                                                         inside.log10_norm))
+            outside = set(r.distance) - set(inside.distance)
+            assert all(measured.get(k, -60.0) == -60.0 for k in outside)
+            assert set(measured) <= set(r.distance)
         a = d[(d.model == ATTENTION) & (d.input_scale == 1.0)]
         assert _curves(ax, att) == [_xy(a.distance, a.log10_norm)]
     assert {"measured", "theory / bound"} <= set(labels)     # the two line styles
@@ -262,7 +271,8 @@ def test_additive_maps_are_drawn_per_setting():
 
 
 def test_row_max_figure_has_a_line_per_scaling():
-    rm = pd.DataFrame([dict(d_k=dk, scaled=sc, row_max=(0.3 if sc else 0.5) + 0.01 * i)
+    rm = pd.DataFrame([dict(d_k=dk, scaled=sc, row_max=(0.3 if sc else 0.5) + 0.01 * i,
+                            band_lo=0.1 + 0.01 * i, band_hi=0.9 - 0.01 * i, draws=50)
                        for i, dk in enumerate((8, 64, 512)) for sc in (False, True)])
     fig = report.figure_row_max({"row_max": rm})
     legend = _legend(fig)

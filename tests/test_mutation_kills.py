@@ -1,0 +1,741 @@
+"""The analysers' numbers, each computed another way.
+
+Written against the mutants that ``make mutate`` found alive: every test here
+computes its expected value independently of the code under test (a closed
+form, a hand-built graph, a finite difference, a frame whose answer is known),
+so that a changed operator, constant or column in the analyser makes it fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import math
+import os
+import re
+import stat
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import _fit, _io, config, timing, walltime
+from harness.models import ATTENTION, RECURRENCE
+from harness.models import attention as att_family
+from harness.models import rnn as rnn_family
+
+LN10 = math.log(10.0)
+
+
+# ============================================================================ _fit
+
+def test_fit_rate_fits_only_the_window_past_fit_from():
+    # slope -0.3 from k = 6 on, an offset before: the window starts exactly at the kink
+    K = 10
+    k = np.arange(1, K + 1, dtype=float)
+    y = -0.3 * k + np.where(k < 6, 5.0, 0.0)
+    assert _fit.fit_rate(y, 0.5) == pytest.approx(-0.3, abs=1e-12)       # lo = int(5.0) = 5
+    whole = np.polyfit(k, y, 1)[0]
+    assert _fit.fit_rate(y, 0.0) == pytest.approx(whole, abs=1e-12)
+    assert whole != pytest.approx(-0.3, abs=1e-3)
+    # one point earlier (k = 5, off the line) would change the slope
+    assert _fit.fit_rate(y, 0.4) == pytest.approx(np.polyfit(k[4:], y[4:], 1)[0], abs=1e-12)
+
+
+def test_fit_rate_keeps_two_points_at_least_and_skips_non_finite_ones():
+    k = np.arange(1, 11, dtype=float)
+    y = 2.0 * k
+    y[7] = 100.0                               # k = 8: off the line
+    # fit_from = 0.95 would leave one point; the window keeps the last two (k = 9, 10)
+    assert _fit.fit_rate(y, 0.95) == pytest.approx(2.0, abs=1e-12)
+    z = np.array([np.nan, 1.0, -np.inf, 4.0, np.inf, 10.0])   # finite at k = 2, 4, 6
+    assert _fit.fit_rate(z, 0.0) == pytest.approx(np.polyfit([2, 4, 6], [1, 4, 10], 1)[0])
+    assert math.isnan(_fit.fit_rate(np.array([np.nan, 3.0, -np.inf]), 0.0))   # one finite point
+    assert _fit.fit_rate(np.array([1.0, 3.0]), 0.0) == pytest.approx(2.0)    # exactly two
+    assert math.isnan(_fit.fit_rate(np.array([7.0]), 0.0))
+
+
+def test_power_law_is_the_least_squares_line_in_log_log():
+    T = np.array([10.0, 20.0, 40.0, 80.0])
+    p, lna = _fit.power_law(T, 3e-6 * T ** 1.7)
+    assert p == pytest.approx(1.7, abs=1e-12) and lna == pytest.approx(math.log(3e-6), abs=1e-10)
+    # noisy: the slope and intercept of the least-squares line, computed by polyfit
+    y = 2e-3 * T ** 0.8 * np.array([1.1, 0.9, 1.05, 0.97])
+    want = np.polyfit(np.log(T), np.log(y), 1)
+    assert _fit.power_law(T, y) == pytest.approx(tuple(want), abs=1e-12)
+    # T <= 0, non-positive and non-finite times are left out
+    Tb = np.concatenate([T, [0.0, -5.0, 50.0, 60.0, 70.0]])
+    yb = np.concatenate([3e-6 * T ** 1.7, [1.0, 1.0, 0.0, np.nan, -1.0]])
+    assert _fit.power_law(Tb, yb) == pytest.approx((1.7, math.log(3e-6)), abs=1e-10)
+    # fewer than two distinct T: undetermined
+    assert all(math.isnan(v) for v in _fit.power_law([5.0, 5.0], [1.0, 2.0]))
+    assert all(math.isnan(v) for v in _fit.power_law([5.0, 6.0], [1.0, 0.0]))
+    p, _ = _fit.power_law([2.0, 2.0, 4.0], [1.0, 1.0, 4.0])                   # repeated T count
+    assert p == pytest.approx(2.0)
+
+
+def test_log_crossing_interpolates_linearly_in_log_T_between_the_bracketing_samples():
+    Ts = [10.0, 100.0, 1000.0, 10000.0]
+    # the gap turns from -0.5 to 1.5 between 100 and 1000: a quarter of the way in log T
+    assert _fit.log_crossing(Ts, [-3.0, -0.5, 1.5, 3.0]) == pytest.approx(100 * 10 ** 0.25)
+    assert _fit.log_crossing(Ts, [-2.0, 0.0, 1.0, 2.0]) == pytest.approx(100.0)   # 0 counts
+    assert _fit.log_crossing([2.0, 8.0], [-1.0, 1.0]) == pytest.approx(4.0)       # the midpoint
+    # the first turn, not a later one; never, or already at the first T: NaN
+    assert _fit.log_crossing(Ts, [1.0, -1.0, 3.0, -1.0]) == pytest.approx(100 * 10 ** 0.25)
+    assert math.isnan(_fit.log_crossing(Ts, [-3.0, -2.0, -1.0, -0.5]))
+    assert math.isnan(_fit.log_crossing(Ts, [0.0, 1.0, 2.0, 3.0]))
+    assert math.isnan(_fit.log_crossing([10.0], [-1.0]))
+
+
+def test_quadratic_crossing_of_two_count_polynomials():
+    # 3 T^2 + 5 T = T^2 + 25 T at T = 10
+    assert _fit.quadratic_crossing(lambda T: 3 * T * T + 5 * T, lambda T: T * T + 25 * T) == 10.0
+    # the lessons': 2 T^2 d against 2 T d^2 cross at T = d
+    d = 37
+    assert _fit.quadratic_crossing(lambda T: 2 * T * T * d, lambda T: 2 * T * d * d) == d
+    # equal leading terms, or a crossing at T <= 0: none
+    assert math.isnan(_fit.quadratic_crossing(lambda T: T * T + T, lambda T: T * T + 2 * T))
+    assert math.isnan(_fit.quadratic_crossing(lambda T: 2 * T * T + 5 * T, lambda T: T * T + T))
+    assert math.isnan(_fit.quadratic_crossing(lambda T: 2 * T * T + 5 * T, lambda T: T * T + 5 * T))
+
+
+# ============================================================================ timing
+
+class _Clock:
+    """A fake perf_counter: each call of a timed function advances it by that function's cost."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.calls = []
+
+    def __call__(self):
+        return self.now
+
+    def fn(self, name, cost):
+        def f():
+            self.calls.append(name)
+            self.now += cost
+        return f
+
+
+def test_time_interleaved_samples_are_seconds_per_call_in_shuffled_rounds():
+    clock = _Clock()
+    fns = {"a": clock.fn("a", 0.003), "b": clock.fn("b", 0.05), "c": clock.fn("c", 0.4)}
+    with mock.patch.object(timing.time, "perf_counter", clock):
+        samples, numbers = timing.time_interleaved(fns, rounds=4, min_sample_s=0.1, seed=7)
+    # calls per sample: enough to last min_sample_s, at least one
+    assert numbers == {"a": math.ceil(0.1 / 0.003), "b": 2, "c": 1}
+    for k, cost in (("a", 0.003), ("b", 0.05), ("c", 0.4)):
+        assert samples[k].shape == (4,)
+        np.testing.assert_allclose(samples[k], cost, rtol=1e-9)
+    # two calibration calls each, then one sample of each per round, in a seeded order
+    calib = clock.calls[:6]
+    assert calib == ["a", "a", "b", "b", "c", "c"]
+    order = np.random.default_rng(7)
+    want = []
+    for _ in range(4):
+        for i in order.permutation(3):
+            name = "abc"[i]
+            want += [name] * numbers[name]
+    assert clock.calls[6:] == want
+
+
+def test_calls_per_sample_never_divides_by_a_zero_time():
+    clock = _Clock()
+    with mock.patch.object(timing.time, "perf_counter", clock):
+        assert timing.calls_per_sample(clock.fn("z", 0.0), 1e-6) == 1000
+        assert timing.calls_per_sample(clock.fn("s", 2.0), 0.5) == 1
+
+
+def test_time_interleaved_refuses_no_rounds():
+    with pytest.raises(ValueError, match="rounds"):
+        timing.time_interleaved({"f": lambda: None}, 0, 0.0)
+
+
+def test_median_seconds_is_the_median_of_the_rounds():
+    clock = _Clock()
+    costs = iter([0.5, 0.5] + [0.1, 0.9, 0.3, 0.7, 0.2])
+    def f():
+        clock.now += next(costs)
+    with mock.patch.object(timing.time, "perf_counter", clock):
+        assert timing.median_seconds(f, rounds=5, min_sample_s=0.1) == pytest.approx(0.3)
+
+
+def test_median_interval_closed_forms():
+    med, lo, hi = timing.median_interval([3.0, 1.0])
+    assert med == 2.0 and math.isnan(lo) and math.isnan(hi)            # under 3 rounds
+    assert timing.median_interval([4.0, 4.0, 4.0]) == (4.0, 4.0, 4.0)  # no spread
+    x = np.array([1.0, 2.0, 3.0, 4.0, 100.0])
+    med, lo, hi = timing.median_interval(x)
+    assert med == 3.0 and 1.0 <= lo <= med <= hi <= 100.0 and lo < hi
+
+
+@pytest.mark.parametrize("ratio,lo,hi,floor,word", [
+    (1.5, 1.2, 1.8, 0.1, "slower"), (0.6, 0.5, 0.8, 0.1, "faster"),
+    (1.05, 0.95, 1.15, 0.1, "no measurable difference"),
+    (1.2, 1.1, 1.3, 0.1, "no measurable difference"),       # lo = 1 + floor: not outside
+    (0.8, 0.7, 0.9, 0.1, "no measurable difference"),       # hi = 1 - floor: not outside
+    (1.2, 1.1000001, 1.3, 0.1, "slower"), (0.8, 0.7, 0.8999999, 0.1, "faster"),
+])
+def test_compare_to_floor_ranks_only_outside_the_floor(ratio, lo, hi, floor, word):
+    assert timing.compare_to_floor(ratio, lo, hi, floor) == word
+
+
+# ============================================================================ walltime
+
+D = 100                         # counted crossover of the grid and mix against the RNN: T = d
+TS = (10, 30, 100, 300, 1000, 3000)
+GAP = (-3.0, -2.5, -2.0, -0.5, 1.5, 3.0)    # ln(t_attention / t_rnn): turns between 300 and 1000
+
+
+def _times(gap=GAP, rounds=None):
+    """The RNN at 1 us per step; attention exp(gap) times that; MAC rates that differ per T."""
+    rows = []
+    for T, g in zip(TS, gap):
+        rows.append(dict(model=RECURRENCE, T=T, d=D, seconds=1e-6 * T, gmacs_per_s=1.0 + T / 1e4))
+        rows.append(dict(model=ATTENTION, T=T, d=D, seconds=1e-6 * T * math.exp(g),
+                         gmacs_per_s=2.0 + T / 100))
+    frame = pd.DataFrame(rows)
+    if rounds is not None:
+        # attention's rounds in the reverse order: the ratio varies from round to round
+        frame.attrs["samples"] = pd.DataFrame(
+            [dict(model=r["model"], T=r["T"], d=D, round=i, seconds=r["seconds"] * f)
+             for r in rows
+             for i, f in enumerate(rounds if r["model"] == RECURRENCE else rounds[::-1])])
+    return frame
+
+
+def test_measured_crossover_between_two_samples_and_past_a_change_of_slope():
+    cfg = dataclasses.replace(config.WALL, fit_min_T=100, extrapolate_max=100.0)
+    row = walltime.measured_crossover(_times(), cfg).set_index("variant").loc[ATTENTION]
+    # interpolated in log T between 300 and 1000, where the gap goes from -0.5 to 1.5
+    measured = 300 * (1000 / 300) ** 0.25
+    assert row.measured_T == pytest.approx(measured, rel=1e-12)
+    # extrapolated from power laws fitted on T >= 100 only: the slope changes at T = 100
+    fit = [t >= 100 for t in TS]
+    logT = np.log(np.array(TS, float)[fit])
+    rnn = np.polyfit(logT, np.log(1e-6 * np.array(TS, float)[fit]), 1)
+    att = np.polyfit(logT, np.log(1e-6 * np.array(TS, float)[fit] * np.exp(np.array(GAP)[fit])), 1)
+    assert att[0] > rnn[0]
+    extrapolated = math.exp((rnn[1] - att[1]) / (att[0] - rnn[0]))
+    assert row.extrapolated_T == pytest.approx(extrapolated, rel=1e-9)
+    all_T = np.polyfit(np.log(TS), np.log(1e-6 * np.array(TS) * np.exp(GAP)), 1)
+    assert math.exp((math.log(1e-6) - all_T[1]) / (all_T[0] - 1.0)) != pytest.approx(extrapolated,
+                                                                                      rel=1e-3)
+    assert row.counted_T == D
+    assert row.measured_over_counted == pytest.approx(measured / D)
+    # the rates at the sampled T nearest the crossover in log T (300, not 1000)
+    assert row.rate_at_T == 300
+    assert row.gemm_over_matvec == pytest.approx((2.0 + 3.0) / (1.0 + 0.03))
+    assert math.isnan(row.predicted_T)
+
+
+def test_crossover_already_past_at_the_first_T_and_never_reached():
+    cfg = dataclasses.replace(config.WALL, fit_min_T=10)
+    slower = walltime.measured_crossover(_times(gap=(0.5, 1, 1.5, 2, 2.5, 3)), cfg)
+    row = slower.set_index("variant").loc[ATTENTION]
+    assert row.measured_T == 10                          # already slower at the first T
+    never = walltime.measured_crossover(_times(gap=(-3, -3, -3, -3, -3, -3)), cfg)
+    row = never.set_index("variant").loc[ATTENTION]
+    assert math.isnan(row.measured_T) and math.isnan(row.extrapolated_T)
+    assert math.isnan(row.measured_over_counted)
+    assert row.rate_at_T == 3000                         # no crossover: the largest T
+    # the measured crossover missing, the ratio to d is the extrapolated one's
+    ahead = walltime.measured_crossover(_times(gap=(-3, -2.6, -2.2, -1.8, -1.4, -1.0)), cfg)
+    row = ahead.set_index("variant").loc[ATTENTION]
+    assert math.isnan(row.measured_T) and math.isfinite(row.extrapolated_T)
+    assert row.extrapolated_T > 3000
+    assert row.measured_over_counted == pytest.approx(row.extrapolated_T / D)
+
+
+def test_crossing_of_two_power_laws():
+    # 2 T^2 = 50 T at T = 25; exp(log T) inside [1, 100 x 1000]
+    pa, pr = (2.0, math.log(2.0)), (1.0, math.log(50.0))
+    assert walltime._crossing(pa, pr, 1000, 100.0) == pytest.approx(25.0)
+    assert math.isnan(walltime._crossing(pr, pa, 1000, 100.0))          # exponent not larger
+    assert math.isnan(walltime._crossing((1.0, 0.0), (1.0, 1.0), 1000, 100.0))   # equal
+    assert math.isnan(walltime._crossing(pa, pr, 0.2, 100.0))           # past 100 x T_max
+    assert walltime._crossing(pa, pr, 0.25, 100.0) == pytest.approx(25.0)  # at the edge
+    assert math.isnan(walltime._crossing((2.0, 1.0), (1.0, 0.5), 1000, 100.0))  # below T = 1
+    assert walltime._crossing((2.0, 1.0), (1.0, 1.0), 1000, 100.0) == 1.0       # at T = 1
+    assert math.isnan(walltime._crossing((math.nan, 0.0), pr, 1000, 100.0))
+    assert math.isnan(walltime._crossing(pa, (math.nan, 0.0), 1000, 100.0))
+
+
+def test_crossover_interval_from_identical_rounds_is_the_crossover_itself():
+    cfg = dataclasses.replace(config.WALL, fit_min_T=100)
+    row = walltime.measured_crossover(_times(rounds=[1.0, 1.0, 1.0]), cfg, resamples=50)
+    row = row.set_index("variant").loc[ATTENTION]
+    assert row.measured_T_lo == pytest.approx(row.measured_T) == row.measured_T_hi
+    noisy = walltime.measured_crossover(_times(rounds=[0.8, 1.0, 1.25]), cfg, resamples=200)
+    row = noisy.set_index("variant").loc[ATTENTION]
+    assert row.measured_T_lo < row.measured_T_hi
+    assert 300 <= row.measured_T_lo and row.measured_T_hi <= 1000
+    no_rounds = walltime.measured_crossover(_times(), cfg).set_index("variant").loc[ATTENTION]
+    assert math.isnan(no_rounds.measured_T_lo) and math.isnan(no_rounds.measured_T_hi)
+
+
+def test_fit_exponents_fit_only_from_min_T():
+    rows = [dict(model=m, T=T, d=8, seconds=c * (T if T < 100 else T ** p / 100 ** (p - 1)))
+            for m, c, p in ((RECURRENCE, 1e-6, 1.0), (ATTENTION, 1e-8, 2.0))
+            for T in (10, 30, 100, 300, 1000)]
+    t = pd.DataFrame(rows)
+    ex = walltime.fit_exponents(t, min_T=100).set_index("model")
+    assert ex.loc[ATTENTION, "exponent"] == pytest.approx(2.0, abs=1e-12)
+    assert ex.loc[RECURRENCE, "exponent"] == pytest.approx(1.0, abs=1e-12)
+    assert (ex.T_min == 100).all() and (ex.T_max == 1000).all() and (ex.points == 3).all()
+    assert ex.exponent_lo.isna().all() and ex.exponent_hi.isna().all()   # no rounds kept
+    allT = walltime.fit_exponents(t, min_T=10).set_index("model")
+    assert allT.loc[ATTENTION, "exponent"] < 1.9 and (allT.points == 5).all()
+    t.attrs["samples"] = pd.DataFrame([dict(model=r["model"], T=r["T"], d=8, round=i,
+                                            seconds=r["seconds"]) for r in rows for i in range(3)])
+    same = walltime.fit_exponents(t, min_T=100, resamples=20).set_index("model")
+    for m in (ATTENTION, RECURRENCE):
+        assert same.loc[m, "exponent_lo"] == pytest.approx(same.loc[m, "exponent"], abs=1e-9)
+        assert same.loc[m, "exponent_hi"] == pytest.approx(same.loc[m, "exponent"], abs=1e-9)
+
+
+# ============================================================================ attention routes
+
+def _attention_case(T=6, d=4, d_v=3, seed=3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(T, d))
+    Wq, Wk = rng.normal(size=(d, d)), rng.normal(size=(d, d))
+    Wv = rng.normal(size=(d, d_v))
+    return X, Wq, Wk, Wv
+
+
+def _y_last(X, Wq, Wk, Wv, X_keys=None, X_values=None):
+    """y_T with the keys and the values read from their own copies of X."""
+    Xk = X if X_keys is None else X_keys
+    Xv = X if X_values is None else X_values
+    q = X[-1] @ Wq
+    e = (Xk @ Wk) @ q / math.sqrt(Wq.shape[1])
+    a = np.exp(e - e.max())
+    a /= a.sum()
+    return a @ (Xv @ Wv)
+
+
+def _fd_route(X, Wq, Wk, Wv, j, route, h=1e-6):
+    """d y_T / d x_j through one route only, by central differences (d_v, d_model)."""
+    J = np.empty((Wv.shape[1], X.shape[1]))
+    for c in range(X.shape[1]):
+        P, M = X.copy(), X.copy()
+        P[j, c] += h
+        M[j, c] -= h
+        if route == "value":                 # x_j moves inside v_j only
+            yp, ym = _y_last(X, Wq, Wk, Wv, X_values=P), _y_last(X, Wq, Wk, Wv, X_values=M)
+        else:                                # x_j moves inside k_j only
+            yp, ym = _y_last(X, Wq, Wk, Wv, X_keys=P), _y_last(X, Wq, Wk, Wv, X_keys=M)
+        J[:, c] = (yp - ym) / (2 * h)
+    return J
+
+
+def test_each_attention_route_matches_its_own_finite_difference():
+    X, Wq, Wk, Wv = _attention_case()
+    Jv, Js = att_family.path_jacobians(X, Wq, Wk, Wv)
+    T = X.shape[0]
+    assert Jv.shape == Js.shape == (T - 1, Wv.shape[1], X.shape[1])
+    for j in range(T - 1):
+        np.testing.assert_allclose(Jv[j], _fd_route(X, Wq, Wk, Wv, j, "value"), atol=1e-8)
+        np.testing.assert_allclose(Js[j], _fd_route(X, Wq, Wk, Wv, j, "score"), atol=1e-8)
+
+
+def test_attention_path_frame_reads_each_route_from_its_closed_form():
+    X, Wq, Wk, Wv = _attention_case(T=7, d=4, d_v=4)
+    f = att_family.attention_paths(X=X, Wq=Wq, Wk=Wk, Wv=Wv, seed=5, input_scale=2.0)
+    T = X.shape[0]
+    q = X[-1] @ Wq
+    e = (X @ Wk) @ q / 2.0                                   # sqrt(d_k) = 2
+    a = np.exp(e - e.max())
+    a /= a.sum()
+    V = X @ Wv
+    y = a @ V
+    g = Wk @ q / 2.0
+    sig_v = np.linalg.svd(Wv, compute_uv=False)[0]
+    assert f.distance.tolist() == list(range(1, T))
+    for _, r in f.iterrows():
+        j = T - 1 - int(r.distance)                          # x_{T-k}, 0-based
+        # value route alpha_Tj Wv^T: spectral norm alpha_Tj sigma_max(Wv)
+        assert r.log10_value == pytest.approx(math.log10(a[j] * sig_v), abs=1e-12)
+        # score route, rank one: alpha_Tj ||v_j - y_T|| ||Wk q_T|| / sqrt(d_k)
+        score = a[j] * np.linalg.norm(V[j] - y) * np.linalg.norm(g)
+        assert r.log10_score == pytest.approx(math.log10(score), abs=1e-12)
+        total = np.linalg.svd(a[j] * Wv.T + a[j] * np.outer(V[j] - y, g), compute_uv=False)[0]
+        assert r.log10_norm == pytest.approx(math.log10(total), abs=1e-12)
+        assert r.log10_spectral == r.log10_norm
+    assert (f.model == ATTENTION).all() and (f["T"] == T).all() and (f.d == 4).all()
+    assert (f.seed == 5).all() and (f.input_scale == 2.0).all() and (f.log10_linear == 0.0).all()
+    assert f.rho.isna().all() and f.log10_probe.isna().all() and f.log10_bound.isna().all()
+
+
+def test_attention_path_summary_fits_every_distance_against_a_flat_theory():
+    k = np.arange(1, 9)
+    g = pd.DataFrame({"distance": k, "log10_norm": 0.5 - 0.01 * k})
+    s = att_family.path_summary(g, fit_from=0.9)          # no transient: fit_from is ignored
+    assert s["fitted_rate"] == pytest.approx(-0.01 * LN10, abs=1e-12)
+    assert s["theory_rate"] == 0.0
+    assert all(math.isnan(s[c]) for c in ("fitted_rate_probe", "bound_rate", "bound_respected",
+                                          "log10_transient"))
+
+
+# ============================================================================ RNN path summary
+
+def _rnn_rows(norm, rho=0.8, sigma=1.6, activation="identity", probe=None):
+    k = np.arange(1, len(norm) + 1, dtype=float)
+    return pd.DataFrame({"distance": k, "log10_norm": norm,
+                         "log10_probe": norm if probe is None else probe,
+                         "log10_linear": k * math.log10(rho), "log10_bound": k * math.log10(sigma),
+                         "sigma_max": sigma, "rho": rho, "activation": activation})
+
+
+def test_rnn_path_summary_closed_forms():
+    k = np.arange(1, 11, dtype=float)
+    # a transient above rho^k that peaks at k = 3, then the rate log(0.8) per step
+    norm = k * math.log10(0.8) + np.array([0.1, 0.3, 0.4, 0.2, 0, 0, 0, 0, 0, 0])
+    probe = norm - 1.0 + 0.001 * k
+    s = rnn_family.path_summary(_rnn_rows(norm, probe=probe), fit_from=0.5)
+    assert s["fitted_rate"] == pytest.approx(math.log(0.8), abs=1e-12)
+    assert s["fitted_rate_probe"] == pytest.approx(math.log(0.8) + 0.001 * LN10, abs=1e-12)
+    assert s["theory_rate"] == pytest.approx(math.log(0.8), abs=1e-15)
+    assert s["bound_rate"] == pytest.approx(math.log(1.6), abs=1e-12)
+    assert s["log10_transient"] == pytest.approx(0.4, abs=1e-12)
+    assert s["bound_respected"] is True
+    tanh = rnn_family.path_summary(_rnn_rows(norm, activation="tanh"), fit_from=0.5)
+    assert math.isnan(tanh["theory_rate"]) and tanh["bound_rate"] == s["bound_rate"]
+
+
+@pytest.mark.parametrize("excess,respected", [(0.5e-9, True), (2e-9, False), (-1.0, True)])
+def test_rnn_bound_is_respected_within_one_part_in_a_billion(excess, respected):
+    k = np.arange(1, 9, dtype=float)
+    norm = k * math.log10(0.5)                   # well below the bound k log10 0.9 ...
+    norm[2] = 3 * math.log10(0.9) + excess       # ... except at k = 3
+    s = rnn_family.path_summary(_rnn_rows(norm, rho=0.5, sigma=0.9), fit_from=0.5)
+    assert s["bound_respected"] is respected
+
+
+def test_rnn_bound_fails_on_the_rate_alone():
+    # every point under the bound, but the fitted rate above it: not respected
+    k = np.arange(1, 11, dtype=float)
+    norm = -5.0 + k * math.log10(1.5)
+    s = rnn_family.path_summary(_rnn_rows(norm, rho=1.2, sigma=1.2), fit_from=0.5)
+    assert s["fitted_rate"] > s["bound_rate"] and s["bound_respected"] is False
+
+
+# ============================================================================ _io: atomic writes, by failure
+
+class _HalfWriter:
+    """A file whose write puts half the bytes down, then fails as a full disk would."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data):
+        self.f.write(data[: len(data) // 2])
+        self.f.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_atomic_write_failing_halfway_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "decay.csv"
+    _io.atomic_write_text(target, "old,contents\n1,2\n")
+    real_fdopen = os.fdopen
+    with mock.patch.object(_io.os, "fdopen", lambda fd, mode: _HalfWriter(real_fdopen(fd, mode))):
+        with pytest.raises(OSError, match="No space"):
+            _io.atomic_write_text(target, "new,contents\n" * 1000)
+    assert target.read_text() == "old,contents\n1,2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decay.csv"]
+
+
+@pytest.mark.parametrize("step", ["fsync", "chmod", "replace"])
+def test_atomic_write_failing_at_each_later_step_keeps_the_old_file(tmp_path, step):
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+
+    def fail(*a, **k):
+        raise OSError(errno.EIO, f"{step} failed")
+    with mock.patch.object(_io.os, step, fail):
+        with pytest.raises(OSError, match=f"{step} failed"):
+            _io.atomic_write_text(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_atomic_write_interrupted_leaves_no_temporary(tmp_path):
+    target = tmp_path / "f.txt"
+
+    def interrupt(*a):
+        raise KeyboardInterrupt
+    with mock.patch.object(_io.os, "fsync", interrupt):
+        with pytest.raises(KeyboardInterrupt):
+            _io.atomic_write_bytes(target, b"x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_makes_a_readable_file_with_the_exact_bytes(tmp_path):
+    old = os.umask(0o027)
+    try:
+        path = _io.atomic_write_bytes(tmp_path / "b.bin", b"\x00\x01data\xff")
+    finally:
+        os.umask(old)
+    assert path == tmp_path / "b.bin"
+    assert path.read_bytes() == b"\x00\x01data\xff"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640           # 0o666 less the umask
+    frame = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
+    _io.atomic_write_csv(frame, tmp_path / "f.csv")
+    assert (tmp_path / "f.csv").read_text() == "a,b\n1,x\n2,y\n"
+    _io.atomic_write_text(tmp_path / "t.txt", "ρ = 0.9")
+    assert (tmp_path / "t.txt").read_bytes() == "ρ = 0.9".encode("utf-8")
+
+
+def test_umask_is_read_without_changing_it():
+    old = os.umask(0o037)
+    try:
+        assert _io.umask() == 0o037
+        assert _io.umask() == 0o037
+    finally:
+        os.umask(old)
+
+
+# ============================================================================ report captions
+# Each caption is given frames whose numbers are known, and must state those numbers. The
+# numbers are read out of the sentence whatever its wording; values that a wrong row, column
+# or window would give instead are chosen far apart, so that they cannot pass by rounding.
+
+_NUMBER = re.compile(r"[-+−]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _numbers(text):
+    return [float(m.replace(",", "").replace("−", "-")) for m in _NUMBER.findall(text)]
+
+
+def _states(text, value, places):
+    """``text`` prints ``value`` to ``places`` decimals (10^x counts as x)."""
+    tol = 0.5 * 10.0 ** -places + 1e-9
+    assert any(abs(v - value) <= tol for v in _numbers(text)), (value, text)
+
+
+def _lacks(text, value, places):
+    tol = 0.5 * 10.0 ** -places + 1e-9
+    assert not any(abs(v - value) <= tol for v in _numbers(text)), (value, text)
+
+
+def _decay_frames(respected=(True, False, True)):
+    K = 8
+    rows = []
+    far_value = {("orthogonal", 1.0, "identity", 0.9): -12.3, ("orthogonal", 1.0, "tanh", 0.9): -23.4,
+                 ("orthogonal", 1.0, "identity", 1.0): -77.7, ("orthogonal", 1.0, "tanh", 1.0): -88.8}
+    for i, (weight, scale, act, rho) in enumerate(
+            [(w, s, a, r) for w in ("orthogonal", "gaussian") for s in (1.0, 4.0)
+             for a in ("identity", "tanh") for r in (0.9, 1.0)]):
+        M = far_value.get((weight, scale, act, rho), -31.0 - 4.1 * i)
+        for k in range(1, K + 1):
+            # k = K - 1 has a value of its own: a caption reading the wrong distance shows it
+            rows.append(dict(model=RECURRENCE, weight=weight, input_scale=scale, activation=act,
+                             rho=rho, distance=k, log10_norm=M * k / K if k != K - 1 else -55.5))
+    att = [-1, -2, -6, -4, -4, -4, -4, -4, -1, -7, -8, -12]       # distances 1..12
+    for scale, vals in ((1.0, att), (4.0, [-40.0] * 12)):
+        for k, v in enumerate(vals, start=1):
+            rows.append(dict(model=ATTENTION, weight="gaussian", input_scale=scale,
+                             activation="softmax", rho=np.nan, distance=k, log10_norm=float(v)))
+    summary = [dict(model=ATTENTION, activation="softmax", input_scale=4.0, fitted_rate=0.0456,
+                    bound_respected=np.nan),
+               dict(model=ATTENTION, activation="softmax", input_scale=1.0, fitted_rate=-0.0123,
+                    bound_respected=np.nan)]
+    summary += [dict(model=RECURRENCE, activation="tanh", input_scale=1.0, fitted_rate=-0.1,
+                     bound_respected=b) for b in respected]
+    summary += [dict(model=RECURRENCE, activation="identity", input_scale=1.0, fitted_rate=-0.1,
+                     bound_respected=False)]
+    return {"decay": pd.DataFrame(rows), "decay_summary": pd.DataFrame(summary)}
+
+
+def test_decay_caption_states_the_rows_it_names():
+    from harness import report
+    cap = report.caption_decay(_decay_frames())
+    _states(cap, 8, 0)                                   # the farthest distance
+    _states(cap, -12.3, 1)                               # linear RNN, rho = 0.9, k = 8
+    _states(cap, 8 * math.log10(0.9), 1)                 # its theory
+    _states(cap, -23.4, 1)                               # tanh, rho = 0.9, k = 8
+    for wrong in (-77.7, -88.8, -55.5):                  # rho = 1.0 rows, k = 7
+        _lacks(cap, wrong, 1)
+    # attention at input scale 1: mean over k <= 12/4 and over k > 3*12/4
+    _states(cap, -3.0, 1)
+    _states(cap, -9.0, 1)
+    _lacks(cap, -40.0, 1)
+    _states(cap, 10 ** 6, 1)                             # the factor between the two
+    _states(cap, -0.0123, 4)
+    _lacks(cap, 0.0456, 4)
+    _states(cap, math.log(0.9), 4)
+    _states(cap, 2, 0)
+    _states(cap, 3, 0)                                   # 2 of the 3 tanh rows respect it
+    every = report.caption_decay(_decay_frames(respected=(True, True, True)))
+    assert every != cap
+    _states(every, 3, 0)
+
+
+def test_clipping_caption_states_the_largest_and_the_smallest_radius():
+    from harness import report
+    c = pd.DataFrame({"rho": [1.5, 0.5, 1.0], "threshold": 7.0,
+                      "log10_total_before": [12.3, -2.1, 0.4],
+                      "log10_total_after": [0.8451, -2.1, 0.4],
+                      "log10_far_over_near_before": [-3.4, -7.6, 0.1],
+                      "log10_far_over_near_after": [-3.6, -7.8, 0.2]})
+    cap = report.caption_clipping({"clipping": c})
+    for value, places in ((7, 0), (1.5, 1), (12.3, 1), (0.8451, 1), (-3.4, 1), (-3.6, 1),
+                          (0.5, 1), (-7.8, 1)):
+        _states(cap, value, places)
+    for wrong in (-7.6, 0.1, 0.2, -2.1):
+        _lacks(cap, wrong, 1)
+
+
+def test_depth_caption_states_first_and_last_T():
+    from harness import report
+    rows = []
+    for T, a_span, a_path, a_sc in ((50, 9, 2, 23), (10, 9, 2, 17), (100, 11, 3, 29)):
+        rows.append(dict(model=RECURRENCE, T=T, d=16, span=3 * T, max_path=2 * T + 1,
+                         scalar_span=7 * T))
+        rows.append(dict(model=ATTENTION, T=T, d=16, span=a_span, max_path=a_path,
+                         scalar_span=a_sc))
+    cap = report.caption_depth({"depth": pd.DataFrame(rows)})
+    for value in (16, 30, 300, 10, 100, 21, 201, 11, 3, 17, 29):
+        _states(cap, value, 0)
+    for wrong in (150, 101, 23, 50):                    # the middle T, where the frame starts
+        _lacks(cap, wrong, 0)
+
+
+def _schedule_caption_frame():
+    rows = []
+    Ps = (1, 4, 20, 100, 1000)
+    series = {(RECURRENCE, "scalar"): ([500, 130, 62, 60, 60], 60),
+              (ATTENTION, "scalar"): ([900, 230, 51, 12, 9], 9),
+              (RECURRENCE, "element"): ([600, 161, 84, 84, 84], 84),
+              (ATTENTION, "element"): ([700, 181, 41, 19, 18], 18)}
+    ok = iter([True] * 17 + [False] * 3)
+    for (model, grain), (times, span) in series.items():
+        for P, t in zip(Ps, times):
+            rows.append(dict(model=model, T=20, d=4, grain=grain, P=P, time=t, span=span,
+                             bounds_ok=next(ok)))
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=1)
+
+
+def test_schedule_caption_states_steps_spans_and_plateaus():
+    from harness import report
+    cap = report.caption_schedule({"schedule": _schedule_caption_frame()})
+    # T, d; the RNN at P = T; its span and the first P within 1 % of its floor; attention's
+    # steps on one processor and at the largest P; the element grain's plateau, in units of d
+    for value in (20, 4, 62, 60, 100, 9, 84, 5, 17):
+        _states(cap, value, 0)
+    for wrong in (130, 12, 600, 161, 18, 700):
+        _lacks(cap, wrong, 0)
+
+
+def test_plateau_is_the_first_P_within_the_tolerance_of_the_floor():
+    from harness import schedule
+    frame = pd.DataFrame(dict(model="m", T=1, grain="g", P=[1000, 1, 10, 100], span=7,
+                              time=[100, 400, 101, 100.5]))
+    pl = schedule.plateau_P(frame, tol=0.01).iloc[0]
+    assert pl.plateau_P == 10 and pl.floor == 100 and pl.span == 7
+    assert schedule.plateau_P(frame, tol=0.006).iloc[0].plateau_P == 100  # 100.5 <= 100.6
+    assert schedule.plateau_P(frame, tol=0.004).iloc[0].plateau_P == 1000
+    two = pd.concat([frame, frame.assign(grain="h", time=[50, 50, 50, 50])])
+    pl = schedule.plateau_P(two, tol=0.01).set_index("grain")
+    assert pl.loc["h", "plateau_P"] == 1 and pl.loc["g", "plateau_P"] == 10
+
+
+@pytest.mark.parametrize("measured,extrapolated,T,ratio", [(200.0, 900.0, 200.0, 3.125),
+                                                           (np.nan, 500.0, 500.0, 500 / 64)])
+def test_work_caption_counted_and_measured_crossover(measured, extrapolated, T, ratio):
+    from harness import report
+    d = 64
+    w = pd.DataFrame([dict(model=m, T=t, d=d, macs=(2 * t * d * d if m == RECURRENCE else 2 * t * t * d))
+                      for m in (RECURRENCE, ATTENTION) for t in (10, 30, 300, 1000)])
+    assert report.counted_crossover(w) == pytest.approx(d)          # between 30 and 300
+    x = pd.DataFrame([dict(d=d, variant=ATTENTION + "+proj", counted_T=np.nan, measured_T=11.0,
+                           extrapolated_T=np.nan, gemm_over_matvec=0.5, measured_T_lo=np.nan,
+                           measured_T_hi=np.nan, predicted_T=np.nan),
+                      dict(d=d, variant=ATTENTION, counted_T=d, measured_T=measured,
+                           extrapolated_T=extrapolated, gemm_over_matvec=7.4,
+                           measured_T_lo=np.nan, measured_T_hi=np.nan, predicted_T=np.nan)])
+    cap = report.caption_work({"work": w, "crossover": x})
+    for value, places in ((d, 0), (T, 0), (ratio, 1)):
+        _states(cap, value, places)
+    _lacks(cap, 11.0, 0)
+    if not math.isnan(measured):
+        _lacks(cap, extrapolated, 0)
+
+
+def test_maps_caption_states_the_diagonal_counts_and_the_row_maxima():
+    from harness import report
+    s = pd.DataFrame({"setting": ["length 1", "length 3", "projected"], "rows": [6, 6, 6],
+                      "rows_max_on_diagonal": [5, 6, 2], "mean_self_weight": [0.411, 0.822, 0.133]})
+    rm = pd.DataFrame([dict(d_k=dk, scaled=sc, row_max=v, draws=50) for dk, sc, v in
+                       ((8, False, 0.611), (8, True, 0.322), (64, False, 0.744),
+                        (64, True, 0.355), (512, False, 0.977), (512, True, 0.488))])
+    cap = report.caption_maps({"attention_diagonal": s, "row_max": rm})
+    for value, places in ((5, 0), (6, 0), (2, 0), (0.411, 3), (0.822, 3), (0.611, 3), (0.977, 3),
+                          (0.322, 3), (0.488, 3), (8, 0), (512, 0)):
+        _states(cap, value, places)
+    for wrong in (0.133, 0.744, 0.355):
+        _lacks(cap, wrong, 3)
+
+
+def test_additive_caption_states_the_row_maxima_and_both_routes():
+    from harness import report
+    rows = []
+    for i in range(3):
+        for j in range(3):
+            rows.append(dict(setting="tanh", i=i, j=j, weight=[[0.3, 0.35, 0.35], [0.31, 0.38, 0.31],
+                                                               [0.33, 0.33, 0.34]][i][j], uniform=1 / 3))
+            rows.append(dict(setting="no tanh", i=i, j=j, weight=[0.2, 0.3, 0.5][j] + 0.007 * (i == 2),
+                             uniform=1 / 3))
+    r = pd.DataFrame({"va_scale": [4.0, 0.5, 1.0], "value_norm": [1.1111, 2.8303, 2.2222],
+                      "score_norm": [3.3333, 0.2556, 0.6666],
+                      "value_over_score": [0.33, 11.07, 3.33]})
+    cap = report.caption_additive({"additive_maps": pd.DataFrame(rows), "additive_routes": r})
+    for value, places in ((0.34, 3), (0.38, 3), (1 / 3, 3), (2.8303, 4), (0.2556, 4), (11.07, 1),
+                          (4, 0), (1.1111, 4), (3.3333, 4), (0.33, 1), (0.007, 3)):
+        _states(cap, value, places)
+    for wrong in (2.2222, 0.6666):
+        _lacks(cap, wrong, 4)
+
+
+def test_wall_caption_states_threads_exponents_and_the_rnn_step():
+    from harness import report
+    w = pd.DataFrame([dict(model=m, T=T, d=32, threads=3, seconds_per_step=sps)
+                      for m, T, sps in ((RECURRENCE, 10, 1e-6), (RECURRENCE, 20, 4e-6),
+                                        (RECURRENCE, 40, 2.5e-6), (ATTENTION, 10, 9e-6))])
+    e = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "exponent": [1.0312, 1.8765],
+                      "exponent_lo": np.nan, "exponent_hi": np.nan})
+    cap = report.caption_wall({"wall_times": w, "exponents": e})
+    for value, places in ((3, 0), (32, 0), (1.03, 2), (1.88, 2), (2.5, 1)):
+        _states(cap, value, places)
+    one = report.caption_wall({"wall_times": w.assign(threads=1), "exponents": e})
+    assert one != cap.replace("3 threads", "1 thread") or "threads" not in one
+
+
+def test_history_caption_states_the_newest_commit():
+    from harness import report
+    h = pd.DataFrame([dict(commit=c, series=s, T=T, d=128, seconds=sec)
+                      for c, s, T, sec in (("old", "rnn forward", 1024, 0.5),
+                                           ("old", "attention forward", 1024, 0.6),
+                                           ("new", "rnn forward", 64, 0.0071),
+                                           ("new", "rnn forward", 1024, 0.00123),
+                                           ("new", "attention forward", 1024, 0.00456),
+                                           ("new", "attention backward", 1024, 0.00789))])
+    cap = report.caption_history({"asv_history": h})
+    for value, places in ((2, 0), (128, 0), (1024, 0), (1.23, 2), (4.56, 2)):
+        _states(cap, value, places)
+    for wrong in (7.1, 7.89, 500.0, 600.0):
+        _lacks(cap, wrong, 2)
+    alone = report.caption_history({"asv_history": h[h.series != "attention forward"]})
+    _lacks(alone, 1.23, 2)                               # no pair at the newest commit: no tail
