@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 REPORT_ARGS ?=
 
-.PHONY: report quick-report test bench-check readme-figures clean
+.PHONY: report quick-report test bench-check readme-figures clean mutate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,20 @@ readme-figures: $(VENV)/.installed
 	mkdir -p docs/figures
 	for f in $(README_FIGURES); do cp .readme-report/$$f.png docs/figures/; done
 	rm -rf .readme-report
+
+# Mutation testing of the analysers, scheduler, timing and crossover code, the report's
+# captions and figures and the file writing ([tool.mutmut] in pyproject.toml); not on CI.
+# A fresh run every time (mutants/ is rebuilt). Survivors: $(BIN)/mutmut results, and one
+# mutant's change: $(BIN)/mutmut show <name>. MUTATE_JOBS: mutants run at once.
+MUTATE_JOBS ?= 2
+mutate: $(VENV)/.installed-test
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children $(MUTATE_JOBS)
+	$(BIN)/mutmut export-cicd-stats
+	$(BIN)/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
+	caught = s['killed'] + s['timeout'] + s['segfault']; n = s['total'] - s['skipped']; \
+	print(f\"mutation score {caught}/{n} = {100 * caught / n:.1f} % \
+	(survived {s['survived']}, not reached by a test {s['no_tests']}, suspicious {s['suspicious']})\")"
 
 clean:
 	rm -rf $(VENV) .asv build dist *.egg-info
