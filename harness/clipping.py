@@ -17,19 +17,19 @@ from harness._validate import (check_choice, check_int, check_positive, check_re
                                check_sequence)
 from harness.config import ClippingConfig
 from harness.models.rnn import (ACTIVATIONS, LN10, PROBE_SEED, WEIGHTS, probe_backward,
-                                recurrent_matrix, scaled_derivatives)
+                                scaled_derivatives, unit_recurrent_matrix)
 
 
 DEFAULT = ClippingConfig()
 
 
-def _wxh_terms(W_hh, S, m, X, ln_upstream, upstream_dir):
+def _wxh_terms(W_hh, S, m, X, ln_upstream, upstream_dir, ln_rho=0.0):
     """The per-step W_xh terms of dl/dW_xh for the upstream dl/dh_T = exp(ln_upstream) u, log-scaled.
 
     term_t = (phi'_t * dl/dh_t) x_t^T = exp(ln_a[t]) D[t] x_t^T, D (T, d_h) = S_t * V_t.
     Returns ln_a (T,), D (T, d_h) and ln_norm (T,) = ln ||term_t||_F.
     """
-    V, L = probe_backward(W_hh, upstream_dir, S, m)
+    V, L = probe_backward(W_hh, upstream_dir, S, m + ln_rho)   # W_hh = exp(ln_rho) x this matrix
     ln_a = ln_upstream + L + m
     D = S * V                                                   # (T, d_h)
     with np.errstate(divide="ignore"):
@@ -91,14 +91,16 @@ def clipping_experiment(rhos=DEFAULT.rhos, threshold=DEFAULT.threshold, T=DEFAUL
     near, far = T - 2, 0                                        # k = 1 and k = T-1, 0-based steps
     rows = []
     for rho in rhos:
-        W_hh = recurrent_matrix(d, rho, weight, seed)
+        W_hh = unit_recurrent_matrix(d, weight, seed)   # rho enters as log(rho) per step: exact
+                                                        # for any finite rho, as in the decay
         rng = np.random.default_rng([seed, 1])
         W_xh = rng.normal(size=(d, d)) / math.sqrt(d)
         X = rng.normal(size=(T, d)) * input_scale
-        S, m = scaled_derivatives(X, W_xh, W_hh, activation)
+        ln_rho = math.log(rho)
+        S, m = scaled_derivatives(X, W_xh, W_hh, activation, ln_rho)
 
         # before: the terms and their sum, g = exp(ln_g_unit) G
-        ln_a, D, ln_c = _wxh_terms(W_hh, S, m, X, 0.0, u)
+        ln_a, D, ln_c = _wxh_terms(W_hh, S, m, X, 0.0, u, ln_rho)
         ln_g_unit = float(np.max(ln_a))
         G = _sum_terms(ln_a, D, X, ln_g_unit)                  # (d_h, d_in)
         ln_g = ln_g_unit + _ln(np.linalg.norm(G))
@@ -109,7 +111,7 @@ def clipping_experiment(rhos=DEFAULT.rhos, threshold=DEFAULT.threshold, T=DEFAUL
         ln_factor = ln_clip - ln_g if math.isfinite(ln_g) else 0.0   # g = 0: nothing to clip
 
         # after: back-propagate the clipped upstream and split the clipped gradient by step
-        ln_a2, D2, ln_c2 = _wxh_terms(W_hh, S, m, X, ln_factor, u)
+        ln_a2, D2, ln_c2 = _wxh_terms(W_hh, S, m, X, ln_factor, u, ln_rho)
         rebuilt = _sum_terms(ln_a2, D2, X, ln_clip_unit)       # sum_k C_k^after, same units as Gc
         top = np.abs(Gc).max()
         c_near, c_far, c2_near, c2_far = (float(v) for v in (ln_c[near], ln_c[far], ln_c2[near], ln_c2[far]))

@@ -596,3 +596,18 @@ def test_a_long_sweep_says_so_before_it_starts(tmp_path, capsys, monkeypatch):
     assert "GFLOP: expect" in err and "minutes" in err
     cfg = gradpath.DecayConfig(ds=(4000,), Ts=(2,), models=("rnn",))
     assert gradpath.stage_memory_bytes(2, 4000, cfg)["RNN weights"] == 6 * 4000 ** 2 * 8
+
+
+def test_clipping_is_exact_for_any_finite_rho():
+    """The linear orthogonal RNN's gradient falls by exactly rho per step, so far/near is
+    (T-2) log10 rho + log10(|x_1| / |x_(T-1)|) before and after clipping, for rho far outside
+    what rho Q itself can hold."""
+    rng = np.random.default_rng([0, 1])
+    rng.normal(size=(4, 4))                                       # W_xh, drawn first
+    X = rng.normal(size=(6, 4))
+    inputs = math.log10(np.linalg.norm(X[0]) / np.linalg.norm(X[4]))
+    for rho in (1e-200, 1e-3, 1e3, 1e155):
+        row = clipping.clipping_experiment(rhos=(rho,), T=6, d=4).iloc[0]
+        for when in ("before", "after"):
+            assert row[f"log10_far_over_near_{when}"] == pytest.approx(4 * math.log10(rho) + inputs,
+                                                                    rel=1e-12, abs=1e-9)

@@ -127,12 +127,13 @@ def log_dphi(A, activation):
 
 
 def scaled_derivatives(X, W_xh, W_hh, activation, ln_scale=0.0):
-    """(S, m): the Jacobian J_t = diag(phi'(a_t)) exp(ln_scale) W_hh = exp(m_t) diag(S_t) W_hh,
-    max(S_t) = 1, on the real trajectory of h_t = phi(exp(ln_scale) W_hh h_{t-1} + W_xh x_t)."""
+    """(S, m): phi'(a_t) = exp(m_t) S_t with max(S_t) = 1, on the real trajectory of
+    h_t = phi(exp(ln_scale) W_hh h_{t-1} + W_xh x_t). The Jacobian is then
+    J_t = exp(m_t + ln_scale) diag(S_t) W_hh: the caller adds ln_scale where it multiplies."""
     T, d_h = X.shape[0], W_hh.shape[0]
     if activation == "identity":
         # the Jacobian is the matrix whatever the trajectory, and h_t itself may overflow
-        return np.ones((T, d_h)), np.full(T, float(ln_scale))
+        return np.ones((T, d_h)), np.zeros(T)
     W = W_hh if ln_scale == 0.0 else math.exp(ln_scale) * W_hh
     if not np.isfinite(W).all():
         raise ValueError(f"rho = exp({ln_scale:.6g}) is too large for a tanh trajectory in float64: "
@@ -146,7 +147,7 @@ def scaled_derivatives(X, W_xh, W_hh, activation, ln_scale=0.0):
                          f"the pre-activations overflow; use a smaller rho.")
     lg = log_dphi(A, activation)
     m = lg.max(axis=1)
-    return np.exp(lg - m[:, None]), m + ln_scale
+    return np.exp(lg - m[:, None]), m
 
 
 def probe_backward(W_hh, u, S, m):
@@ -200,6 +201,7 @@ def _gradient_norms(X, W_xh, W_unit, ln_rho, activation, measure, u):
     T, d_h = X.shape[0], W_unit.shape[0]
     W_hh = W_unit
     S, m = scaled_derivatives(X, W_xh, W_unit, activation, ln_rho)
+    m = m + ln_rho                                       # each step's Jacobian carries rho
     nan = np.full(T - 1, np.nan)
     out = {"distance": np.arange(1, T), "ln_probe": nan, "ln_spectral": nan.copy(),
            "ln_probe_from_product": nan.copy()}
