@@ -548,13 +548,13 @@ def _decay_frames(respected=(True, False, True)):
         for k, v in enumerate(vals, start=1):
             rows.append(dict(model=ATTENTION, weight="gaussian", input_scale=scale,
                              activation="softmax", rho=np.nan, distance=k, log10_norm=float(v)))
-    summary = [dict(model=ATTENTION, activation="softmax", input_scale=4.0, fitted_rate=0.0456,
+    summary = [dict(model=ATTENTION, activation="softmax", input_scale=4.0, ln_rate=0.0456,
                     bound_respected=np.nan),
-               dict(model=ATTENTION, activation="softmax", input_scale=1.0, fitted_rate=-0.0123,
+               dict(model=ATTENTION, activation="softmax", input_scale=1.0, ln_rate=-0.0123,
                     bound_respected=np.nan)]
-    summary += [dict(model=RECURRENCE, activation="tanh", input_scale=1.0, fitted_rate=-0.1,
+    summary += [dict(model=RECURRENCE, activation="tanh", input_scale=1.0, ln_rate=-0.1,
                      bound_respected=b) for b in respected]
-    summary += [dict(model=RECURRENCE, activation="identity", input_scale=1.0, fitted_rate=-0.1,
+    summary += [dict(model=RECURRENCE, activation="identity", input_scale=1.0, ln_rate=-0.1,
                      bound_respected=False)]
     return {"decay": pd.DataFrame(rows), "decay_summary": pd.DataFrame(summary)}
 
@@ -739,3 +739,158 @@ def test_history_caption_states_the_newest_commit():
         _lacks(cap, wrong, 2)
     alone = report.caption_history({"asv_history": h[h.series != "attention forward"]})
     _lacks(alone, 1.23, 2)                               # no pair at the newest commit: no tail
+
+
+# ============================================================================ schedule, by hand
+
+def _hand_graph():
+    """Five ops whose task graph is known:
+
+        op0 matmul (2, 3), k = 4 ──> op1 add (2, 3) ──> op2 row sum (2,), n = 3
+                                              └──> op3 tanh (2, 3), read row by row ──row 0──> op4 mul (3,)
+    """
+    from harness import trace
+    g = trace.Graph()
+    Op = trace.Op
+    g.ops = [Op(0, "matmul", "w", (2, 3), 4, []),
+             Op(1, "add", "add", (2, 3), 1, [(0, -1)]),
+             Op(2, "sum", "sum", (2,), 3, [(1, -1)]),
+             Op(3, "tanh", "tanh", (2, 3), 1, [(1, -1)], split=True),
+             Op(4, "mul", "mul", (3,), 1, [(3, 0)])]
+    import types
+    return types.SimpleNamespace(model="hand", T=2, d=3, graph=g)
+
+
+def test_task_graph_of_a_hand_built_graph():
+    from harness import schedule
+    tr = _hand_graph()
+    tg = schedule.task_graph(tr, "scalar")
+    # tasks: op0, op1, op2, op3 row 0, op3 row 1, op4
+    assert tg.level_ptr.tolist() == [0, 3, 4, 6, 7, 8, 9]
+    # matmul: 24 products, then a tree over k = 4 (12, 6); the sum of 3: levels 2 and 2;
+    # tanh's 6 elements split into two rows of 3
+    assert tg.level_size.tolist() == [24, 12, 6, 6, 2, 2, 3, 3, 3]
+    assert tg.succ_ptr.tolist() == [0, 1, 4, 4, 5, 5, 5]
+    assert tg.succ_idx.tolist() == [1, 2, 3, 4, 5]
+    assert tg.indeg.tolist() == [0, 1, 1, 1, 1, 1]
+    assert tg.prio.tolist() == [6, 3, 2, 2, 1, 1]       # levels from the task to the end
+    assert (tg.work, tg.span, tg.grain) == (61, 6, "scalar")
+    el = schedule.task_graph(tr, "element")
+    # one processor per element: k = 4 steps of the matmul, n - 1 = 2 of the sum
+    assert el.level_size.tolist() == [6, 6, 6, 6, 6, 2, 2, 3, 3, 3]
+    assert (el.work, el.span) == (43, 7)
+    with pytest.raises(ValueError, match="grain"):
+        schedule.task_graph(tr, "row")
+
+
+def test_schedule_of_a_hand_built_graph():
+    from harness import schedule
+    tr = _hand_graph()
+    with mock.patch.object(schedule.depth, "trace_model", side_effect=AssertionError):
+        f = schedule.schedule("hand", 2, 3, (1, 7, 100), "scalar", tr=tr).set_index("P")
+    # P = 7: 24 products take 4 steps (7+7+7+3), 12 take 2, then 6, the add 6: 8 steps;
+    # then the sum's 2 with tanh's two rows 3 + 2 of 3 (step 9), and the rest in step 10
+    assert f.time.tolist() == [61, 10, 6]
+    assert (f.work == 61).all() and (f.span == 6).all() and (f.grain == "scalar").all()
+    assert (f.model == "hand").all() and (f["T"] == 2).all() and (f.d == 3).all()
+    assert f.lower.tolist() == [61.0, 61 / 7, 6.0]
+    assert f.upper.tolist() == [67.0, 61 / 7 + 6, 0.61 + 6]
+    assert f.speedup.tolist() == [1.0, 6.1, 61 / 6]
+    assert f.efficiency.tolist() == pytest.approx([1.0, 6.1 / 7, 61 / 600])
+    assert f.time_over_span.tolist() == pytest.approx([61 / 6, 10 / 6, 1.0])
+    assert f.bounds_ok.all()
+    with pytest.raises(ValueError, match="P"):
+        schedule.schedule("hand", 2, 3, (0,), "scalar", tr=tr)
+
+
+def test_schedule_defaults_and_table():
+    from harness import depth, schedule
+    assert schedule.default_processors(3) == (1, 3, 6, 9, 10, 12, 100, 800, 1000, 10**4, 10**5,
+                                              10**6, 10**7)
+    assert schedule.default_processors(1000)[:6] == (1, 10, 100, 800, 1000, 2000)
+    f = schedule.schedule("rnn", 3, 2)
+    assert f.P.tolist() == list(schedule.default_processors(2))
+    traces = {}
+    table = schedule.schedule_table([3, 4], 2, (1, 5), grains=("scalar", "element"),
+                                    families=("rnn",), traces=traces)
+    assert sorted(traces) == [("rnn", 3, 2), ("rnn", 4, 2)]
+    assert list(zip(table["T"], table.grain, table.P)) == [
+        (3, "scalar", 1), (3, "scalar", 5), (3, "element", 1), (3, "element", 5),
+        (4, "scalar", 1), (4, "scalar", 5), (4, "element", 1), (4, "element", 5)]
+    one = schedule.schedule("rnn", 4, 2, (1, 5), "element", tr=depth.trace_model("rnn", 4, 2))
+    pd.testing.assert_frame_equal(table.iloc[6:].reset_index(drop=True), one)
+
+
+# ============================================================================ depth, closed forms
+
+@pytest.mark.parametrize("T,d", [(3, 2), (5, 4), (2, 7)])
+def test_rnn_depth_row_closed_forms(T, d):
+    from harness import depth
+    from harness.trace import clog2
+    row = depth.depth_table([T], d, families=(RECURRENCE,)).iloc[0]
+    # X W_xh^T, then per step h W_hh^T, + x_t, tanh
+    assert row.ops == 1 + 3 * T
+    assert row.macs == row.macs_all == 2 * T * d * d and row.flops == 4 * T * d * d
+    assert row.span == row.max_path == 3 * T
+    assert row.scalar_work == 4 * T * d * d     # (2d - 1) d per product, d adds, d tanh
+    assert row.scalar_span == T * (clog2(d) + 3)
+    assert row.parallelism == row.scalar_work / row.scalar_span
+    assert (row.model, row["T"], row.d) == (RECURRENCE, T, d)
+
+
+@pytest.mark.parametrize("T,d", [(3, 2), (6, 4)])
+def test_attention_depth_row_closed_forms(T, d):
+    from harness import depth
+    from harness.trace import clog2
+    row = depth.depth_table([T], d, families=(ATTENTION,)).iloc[0]
+    assert row.ops == 11          # Q K V, Q K^T, / sqrt(d_k), max, -, exp, sum, /, A V
+    assert row.macs == 2 * T * T * d and row.macs_all == 2 * T * T * d + 3 * T * d * d
+    assert row.span == 9 and row.max_path == 2
+    work = (3 * T * d * (2 * d - 1) + T * T * (2 * d - 1) + T * T + T * (T - 1) + T * T + T * T
+            + T * (T - 1) + T * T + T * d * (2 * T - 1))
+    assert row.scalar_work == work
+    assert row.scalar_span == 7 + 2 * clog2(d) + 3 * clog2(T)
+
+
+def test_count_table_marks_the_lessons_parts():
+    from harness import depth
+    c = depth.count_table([3], 2, families=(RECURRENCE, ATTENTION))
+    got = {(r.model, r.part): (r.macs, r.flops, r.closed_form, r.in_lesson_comparison)
+           for r in c.itertuples()}
+    assert got[(RECURRENCE, "input")] == (12, 24, 12, True)
+    assert got[(RECURRENCE, "recurrence")] == (12, 24, 12, True)
+    assert got[(ATTENTION, "projections")] == (36, 72, 36, False)
+    assert got[(ATTENTION, "grid")] == (18, 36, 18, True)
+    assert got[(ATTENTION, "mix")] == (18, 36, 18, True)
+    assert (c["T"] == 3).all() and (c.d == 2).all()
+
+
+def test_lesson_table_columns_and_ratio():
+    from harness import depth
+    tab = depth.lesson_table(4, (2, 8))
+    assert list(tab.columns) == ["T", "rnn_macs", "attention_macs", "ratio", "T_over_d"]
+    assert tab["T"].tolist() == [2, 8]
+    assert tab.rnn_macs.tolist() == [2 * 2 * 16, 2 * 8 * 16]
+    assert tab.attention_macs.tolist() == [2 * 4 * 4, 2 * 64 * 4]
+    assert tab.ratio.tolist() == [0.5, 2.0] and tab.T_over_d.tolist() == [0.5, 2.0]
+
+
+def test_traces_are_cached_by_model_T_and_d():
+    from harness import depth
+    traces = {}
+    a = depth.traced(traces, RECURRENCE, 3, 2)
+    assert depth.traced(traces, RECURRENCE, 3, 2) is a and list(traces) == [(RECURRENCE, 3, 2)]
+    b = depth.traced(traces, RECURRENCE, 3, 3)
+    assert b is not a and b.d == 3
+    assert depth.traced(None, RECURRENCE, 3, 2) is not a
+
+
+def test_trace_memory_check_names_the_form_T_and_d():
+    from harness import depth, models
+    need = models.get(ATTENTION).trace_memory_bytes(50, 8)
+    depth.check_trace_memory(ATTENTION, 50, 8, available=need)        # exactly enough
+    with pytest.raises(MemoryError, match=r"attention at T=50, d=8 needs about [\d,]+ bytes"):
+        depth.check_trace_memory(ATTENTION, 50, 8, available=need - 1)
+    with pytest.raises(ValueError, match="T=50, d=8"):
+        with mock.patch.object(depth, "available_memory_bytes", lambda: need - 1):
+            depth.trace_model(ATTENTION, 50, 8)
