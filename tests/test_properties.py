@@ -359,6 +359,6 @@ def test_linear_orthogonal_decay_is_k_log10_rho(log10_rho, T, d, seed, measure):
     assert (np.abs(f.log10_bound - want) <= tol).all()
     summary = gradpath.summarise(f, 0.5).iloc[0]
     if T >= 3:
-        assert summary.fitted_rate == pytest.approx(math.log(rho), abs=1e-9)
-    assert summary.theory_rate == pytest.approx(math.log(rho), rel=1e-12, abs=1e-15)
+        assert summary.ln_rate == pytest.approx(math.log(rho), abs=1e-9)
+    assert summary.ln_rate_theory == pytest.approx(math.log(rho), rel=1e-12, abs=1e-15)
     assert summary.log10_transient == pytest.approx(0.0, abs=1e-8 * (1 + abs(want[-1])))
