@@ -292,7 +292,8 @@ def forward(X, lam, B, h0=None, method="sequential", chunks=None):
     X, lam, B, h0, h03, dtype, batched = _check(X, lam, B, h0, method, chunks)
     H = np.empty(X.shape[:-1] + (lam.shape[0],), dtype=dtype)
     _input_products(X, B, H)                          # u_t = B x_t: the half that parallelises
-    _scan(H if batched else H[None], lam.astype(dtype, copy=False), h03, method, chunks, False)
+    # a fresh lam (d_h values): a read-only one would compile the kernels again
+    _scan(H if batched else H[None], lam.astype(dtype), h03, method, chunks, False)
     return H
 
 
@@ -320,7 +321,7 @@ def backward(X, H, lam, B, dH, h0=None, method="sequential", chunks=None):
         raise TypeError(f"dH is {dH.dtype} but H is real ({dtype}); please pass dH.real.")
     G = _workspace.buffer("lru_G", H.shape, dtype)    # dl/dh_t, shaped like H (internal)
     G[...] = dH
-    lamc = lam.astype(dtype, copy=False)
+    lamc = lam.astype(dtype)                          # fresh: never read-only (see forward)
     H3, G3 = (H, G) if batched else (H[None], G[None])
     _scan(G3, np.conj(lamc), np.zeros_like(h03), method, chunks, True)
     dlam = np.empty(d_h, dtype=dtype)
