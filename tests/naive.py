@@ -239,3 +239,75 @@ def rel_err(got, want, scale=0.0):
     """
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), scale, 1e-300))
+
+
+# ----------------------------------------------------------------- linear recurrence (LRU)
+
+def _c128(*arrays):
+    return [None if a is None else np.asarray(a, dtype=np.complex128) for a in arrays]
+
+
+def lru_forward(X, lam, B, h0=None):
+    """h_t,i = lam_i h_{t-1},i + sum_k B_ik x_t,k, one unit at a time, in complex128.
+
+    X (T, d_in) or (B, T, d_in); h0 (d_h,), shared over a batch, or (B, d_h).
+    """
+    X, lam, B, h0 = _c128(X, lam, B, h0)
+    if X.ndim == 3:
+        return np.stack([lru_forward(X[n], lam, B, None if h0 is None else
+                                     (h0 if h0.ndim == 1 else h0[n])) for n in range(X.shape[0])])
+    T, d_in = X.shape
+    d_h = lam.shape[0]
+    h_prev = np.zeros(d_h, dtype=np.complex128) if h0 is None else h0
+    H = np.zeros((T, d_h), dtype=np.complex128)
+    for t in range(T):
+        for i in range(d_h):
+            a = lam[i] * h_prev[i]
+            for k in range(d_in):
+                a += B[i, k] * X[t, k]
+            H[t, i] = a
+        h_prev = H[t]
+    return H
+
+
+def lru_backward(X, lam, B, dH, h0=None):
+    """dX, dlam, dB, dh0 by the chain rule, entry by entry, in complex128.
+
+    PyTorch's convention (a real loss L; the gradient of z = x + iy is dL/dx + i dL/dy):
+    a product y = c z sends the gradient g of y back to z as conj(c) g, and to c as
+    conj(z) g. dh0 is (d_h,) for an h0 shared over a batch (summed), else one per sequence.
+    """
+    X, lam, B, dH, h0 = _c128(X, lam, B, dH, h0)
+    if X.ndim == 3:
+        Bn = X.shape[0]
+        shared = h0 is not None and h0.ndim == 1
+        parts = [lru_backward(X[n], lam, B, dH[n], None if h0 is None else
+                              (h0 if h0.ndim == 1 else h0[n])) for n in range(Bn)]
+        dh0 = sum(p[3] for p in parts) if shared else np.stack([p[3] for p in parts])
+        return (np.stack([p[0] for p in parts]), sum(p[1] for p in parts),
+                sum(p[2] for p in parts), dh0)
+    H = lru_forward(X, lam, B, h0)
+    T, d_in = X.shape
+    d_h = lam.shape[0]
+    h0 = np.zeros(d_h, dtype=np.complex128) if h0 is None else h0
+    dX = np.zeros((T, d_in), dtype=np.complex128)
+    dlam = np.zeros(d_h, dtype=np.complex128)
+    dB = np.zeros((d_h, d_in), dtype=np.complex128)
+    g_next = np.zeros(d_h, dtype=np.complex128)       # dl/dh_t arriving from step t+1
+    for t in range(T - 1, -1, -1):
+        h_prev = H[t - 1] if t > 0 else h0
+        g = np.zeros(d_h, dtype=np.complex128)
+        for i in range(d_h):
+            g[i] = dH[t, i] + np.conj(lam[i]) * g_next[i]     # h_{t+1} = lam h_t + ...
+            dlam[i] += np.conj(h_prev[i]) * g[i]              # h_t = lam h_{t-1} + ...
+            for k in range(d_in):
+                dB[i, k] += g[i] * np.conj(X[t, k])           # ... + sum_k B_ik x_tk
+                dX[t, k] += np.conj(B[i, k]) * g[i]
+        g_next = g
+    return dX, dlam, dB, np.conj(lam) * g_next
+
+
+def complex_numeric_grad(f, z, step=1e-6):
+    """dL/dRe z + i dL/dIm z by central differences (PyTorch's convention), z complex128 in place."""
+    g = numeric_grad(f, z.view(np.float64), step)        # (..., 2n): Re, Im interleaved
+    return g[..., 0::2] + 1j * g[..., 1::2]
