@@ -894,3 +894,131 @@ def test_trace_memory_check_names_the_form_T_and_d():
     with pytest.raises(ValueError, match="T=50, d=8"):
         with mock.patch.object(depth, "available_memory_bytes", lambda: need - 1):
             depth.trace_model(ATTENTION, 50, 8)
+
+
+# ============================================================================ report: asv results
+
+def _asv_file(folder, name, payload):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(payload if isinstance(payload, str) else __import__("json").dumps(payload))
+
+
+def test_asv_results_are_read_into_one_row_per_timing(tmp_path):
+    from harness import report
+    box = tmp_path / "box"
+    params = [["'rnn'", "'attention'"], ["64", "256"]]
+    _asv_file(box, "machine.json", {"results": {"x.time_y": [[9.0], []]}})     # not results
+    _asv_file(box, "a.json", {
+        "commit_hash": "0123456789abcdef", "date": 1_700_000_000_000,
+        "result_columns": ["result", "params", "version"],
+        "results": {
+            "k.Kernels.time_forward": [[1.0, 2.0, None, float("nan")], params, "v1"],
+            "k.Kernels.track_bytes": [[5.0], [["1"]], "v1"],                  # not a timing
+            "time_top_level": [[0.25], [], "v1"],                              # asv's bare form
+            "k.Missing.time_none": [None, params, "v1"],
+            "k.Old.time_scalar": [0.125, [], "v1"]}})                          # not a list
+    _asv_file(box, "b.json", "{not json")
+    _asv_file(box, "c.json", [1, 2, 3])
+    _asv_file(box, "d.json", {"results": [1, 2]})
+    _asv_file(tmp_path / "other", "e.json", {
+        "commit_hash": "fedcba98", "date": 1_700_086_400_000,
+        "results": {"k.Kernels.time_backward": [[3.0, 4.0], [["'rnn'"], ["64", "256"]]]}})
+    h = report.read_asv_results(str(tmp_path))
+    assert list(h.columns) == ["benchmark", "params", "commit", "date", "seconds"]
+    got = [(r.benchmark, r.params, r.commit, r.seconds) for r in h.itertuples()]
+    assert got == [("k.Kernels.time_forward", "'rnn', 64", "01234567", 1.0),
+                   ("k.Kernels.time_forward", "'rnn', 256", "01234567", 2.0),
+                   ("time_top_level", "", "01234567", 0.25),
+                   ("k.Old.time_scalar", "", "01234567", 0.125),
+                   ("k.Kernels.time_backward", "'rnn', 64", "fedcba98", 3.0),
+                   ("k.Kernels.time_backward", "'rnn', 256", "fedcba98", 4.0)]
+    assert h.date.iloc[0] == pd.Timestamp("2023-11-14 22:13:20")
+    assert h.date.iloc[-1] == pd.Timestamp("2023-11-15 22:13:20")
+    empty = report.read_asv_results(str(tmp_path / "nothing here"))
+    assert len(empty) == 0 and list(empty.columns) == list(h.columns)
+
+
+def test_kernel_history_keeps_one_width_batch_and_dtype_oldest_first():
+    from harness import report
+    rows = []
+    for commit, day in (("new", 3), ("old", 1), ("mid", 2)):
+        for bench, params, sec in (
+                ("b.Kernels.time_forward", "'rnn', 64, 256, 1, 'float64'", 1.0 * day),
+                ("b.Kernels.time_forward", "'attention', 64, 256, 1, 'float64'", 2.0 * day),
+                ("b.Kernels.time_backward", "'rnn', 1024, 256, 1, 'float64'", 3.0 * day),
+                ("b.Kernels.time_forward", "'rnn', 64, 128, 1, 'float64'", 99.0),     # other d
+                ("b.Kernels.time_forward", "'rnn', 64, 256, 8, 'float64'", 99.0),     # batch
+                ("b.Kernels.time_forward", "'rnn', 64, 256, 1, 'float32'", 99.0),     # dtype
+                ("b.Kernels.time_forward", "'rnn', 64", 99.0),                        # too short
+                ("b.Kernels.time_forward", "rnn, )(", 99.0),                          # unreadable
+                ("b.Other.time_forward", "'rnn', 64, 256, 1, 'float64'", 99.0)):      # not Kernels
+            rows.append(dict(benchmark=bench, params=params, commit=commit,
+                             date=pd.Timestamp("2026-01-01") + pd.Timedelta(days=day),
+                             seconds=sec))
+    k = report.kernel_history(pd.DataFrame(rows))
+    assert list(k.columns) == ["commit", "date", "series", "T", "d", "seconds"]
+    assert list(k.commit) == ["old"] * 3 + ["mid"] * 3 + ["new"] * 3
+    assert list(k.series[:3]) == ["attention forward", "rnn backward", "rnn forward"]
+    assert list(k["T"][:3]) == [64, 1024, 64] and (k.d == 256).all()
+    assert list(k.seconds) == [2.0, 3.0, 1.0, 4.0, 6.0, 2.0, 6.0, 9.0, 3.0]
+    assert list(k.index) == list(range(9))
+    other = report.kernel_history(pd.DataFrame(rows), d=128)
+    assert list(other.seconds) == [99.0] * 3 and list(other.series) == ["rnn forward"] * 3
+    assert len(report.kernel_history(pd.DataFrame(rows), batch=8)) == 3
+    assert len(report.kernel_history(pd.DataFrame(rows), dtype="float32")) == 3
+
+
+# ============================================================================ gradpath
+
+def test_summarise_reads_each_configuration_sorted_by_distance():
+    from harness import gradpath
+    rows = []
+    for rho, M in ((0.5, 1.0), (0.9, 2.0)):
+        for k in (3, 1, 4, 2):                                   # stored out of order
+            rows.append(dict(model=RECURRENCE, weight="orthogonal", activation="identity",
+                             rho=rho, input_scale=1.0, T=5, d=2, seed=0, sigma_max=rho * (5 - k),
+                             distance=k, log10_norm=-M * k, log10_probe=-M * k,
+                             log10_linear=k * math.log10(rho), log10_bound=k * math.log10(rho)))
+    s = gradpath.summarise(pd.DataFrame(rows), fit_from=0.0)
+    assert list(s.columns) == gradpath.SUMMARY and len(s) == 2
+    for r, (rho, M) in zip(s.itertuples(), ((0.5, 1.0), (0.9, 2.0))):
+        assert r.rho == rho
+        assert r.sigma_max == rho * 4                            # the k = 1 row's
+        assert r.log10_near == -M and r.log10_far == -4 * M
+        assert r.ln_rate == pytest.approx(-M * LN10)
+        assert r.ln_rate_theory == pytest.approx(math.log(rho))
+
+
+def test_sweep_jobs_and_stage_memory():
+    from harness import gradpath
+    cfg = dataclasses.replace(config.DECAY, rhos=(0.5, 2.0), activations=("tanh",),
+                              weights=("gaussian",), input_scales=(1.0, 3.0), Ts=(5, 7), ds=(2,),
+                              models=(RECURRENCE, ATTENTION), measure="probe")
+    jobs = gradpath.sweep_configurations(cfg)
+    rnn = [(j["T"], j["input_scale"], j["rho"]) for j in jobs if j["model"] == RECURRENCE]
+    assert rnn == [(5, 1.0, 0.5), (5, 1.0, 2.0), (5, 3.0, 0.5), (5, 3.0, 2.0),
+                   (7, 1.0, 0.5), (7, 1.0, 2.0), (7, 3.0, 0.5), (7, 3.0, 2.0)]
+    assert [j["model"] for j in jobs[:6]] == [RECURRENCE] * 4 + [ATTENTION] * 2
+    stages = gradpath.stage_memory_bytes(7, 2, cfg)
+    assert set(stages) >= {"RNN trajectory", "attention path Jacobians"}
+    need = max(stages.values())
+    with mock.patch.object(gradpath, "stage_memory_bytes", lambda T, d, c: {"big stage": need}):
+        gradpath.check_config_memory(cfg, available=need)
+        with pytest.raises(MemoryError, match=r"T=5, d=2: stage 'big stage' needs [\d,]+ bytes"):
+            gradpath.check_config_memory(cfg, available=need - 1)
+    frame, summary = gradpath.decay_sweep(cfg)
+    assert len(summary) == 12 and len(frame) == 4 * 4 + 4 * 6 + 2 * 4 + 2 * 6
+    calls = []
+    gradpath.decay_sweep(dataclasses.replace(cfg, Ts=(5,)), progress=lambda i, n, j: calls.append((i, n)))
+    assert calls == [(i, 6) for i in range(6)]
+
+
+@pytest.mark.parametrize("fit_from,ok", [(0.0, True), (0.99, True), (1.0, False), (-0.01, False)])
+def test_fit_from_must_lie_in_zero_one(fit_from, ok):
+    from harness import gradpath
+    cfg = dataclasses.replace(config.DECAY, Ts=(5,), ds=(2,), fit_from=fit_from)
+    if ok:
+        gradpath.validate_config(cfg)
+    else:
+        with pytest.raises(ValueError, match="fit_from"):
+            gradpath.validate_config(cfg)
