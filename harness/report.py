@@ -619,7 +619,8 @@ def render_html(sections, meta, command):
              f"<title>harness report</title><style>{_CSS}</style></head><body>",
              "<h1>What attention buys over recurrence, and what it costs</h1>",
              "<p>Every number below was measured on this machine by the command at the end "
-             "of the page. Each figure links its data (CSV) and an SVG version.</p>"]
+             "of the page. Each figure links its data (CSV) and an SVG version; "
+             '<a href="data.md">data.md</a> describes every column, with its unit.</p>']
     for s in sections:
         parts.append(f'<section id="{esc(s.key)}"><h2>{esc(s.title)}</h2>')
         for stem in s.figure or []:
@@ -745,6 +746,10 @@ def _build(stage, config, progress, command):
     meta = {"date": _dt.datetime.now().isoformat(timespec="seconds"), **machine.describe(),
             **noise, "seconds": f"{time.perf_counter() - started:.1f}"}
     (stage / "machine.json").write_text(json.dumps(meta, indent=1, default=str))
+    # the data dictionary beside the CSVs it describes (from a checkout; a wheel has no docs/)
+    dictionary = Path(__file__).resolve().parents[1] / "docs" / "data.md"
+    if dictionary.exists():
+        shutil.copyfile(dictionary, stage / "data.md")
     # index.html last: its presence marks a complete report
     atomic_write_text(stage / "index.html", render_html(sections, meta, command))
     os.chmod(stage, 0o777 & ~umask())           # mkdtemp makes 0700

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ import pytest
 from _deps import require_executable
 from harness import cli, report
 
+ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # the quick report, smaller where it only costs time: fewer timed lengths, draws and path lengths
@@ -299,3 +301,11 @@ def test_machine_json_holds_the_noise_floor(built):
     assert meta["noise_floor"] == pytest.approx(rates.noise_floor)
     assert meta["noise_ratio_lo"] <= meta["noise_ratio"] <= meta["noise_ratio_hi"]
     assert meta["noise_floor"] >= abs(meta["noise_ratio"] - 1)
+
+
+def test_every_report_column_is_documented(built):
+    from test_data_dictionary import check_folder
+    names = check_folder(built)
+    assert (built / "data.md").read_text() == (ROOT / "docs" / "data.md").read_text()
+    assert 'href="data.md"' in _html(built)
+    assert {"claims.csv", "decay.csv", "wall_times.csv", "rates.csv", "row_max.csv"} <= names
