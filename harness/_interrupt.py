@@ -17,14 +17,29 @@ import threading
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received = None
+_quiet = 0
 
 
 def _handler(signum, frame):
     global _received
     first = _received is None
     _received = signum
-    if first:
+    if first and not _quiet:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def quietly():
+    """Record a signal without raising it until the block ends: for code that calls back into
+    Python from C (Numba's compiler), where an exception is printed as "Exception ignored"
+    with a traceback and then lost."""
+    global _quiet
+    _quiet += 1
+    try:
+        yield
+    finally:
+        _quiet -= 1
+    checkpoint()
 
 
 def received():

@@ -87,9 +87,17 @@ def warm_up_kernels(progress):
         progress.line("compiling the Numba kernels (first run only; later runs load them "
                       "from Numba's cache)")
     t0 = time.perf_counter()
+    from harness import _interrupt
+    with _interrupt.quietly():                 # a signal during compilation waits for its end
+        _compile_everything()
+    if cold:
+        progress.line(f"compiled the kernels in {time.perf_counter() - t0:.1f} s")
+
+
+def _compile_everything():
     import numpy as np
 
-    from harness import _greedy, _jacobian, models
+    from harness import _blas, _greedy, _jacobian, models
     for fam in models.families():
         for dtype in ("float32", "float64"):
             for batch in (1, 2):
@@ -104,5 +112,4 @@ def warm_up_kernels(progress):
                             np.zeros(3, np.int64))
     _greedy.span_and_priority(ptr, np.zeros(2, np.int64), none, np.zeros(1, np.int64),
                               np.zeros(1, np.int64))
-    if cold:
-        progress.line(f"compiled the kernels in {time.perf_counter() - t0:.1f} s")
+    _blas.gemv_steps(eye, np.ones(2), np.empty(2), 1)

@@ -217,3 +217,14 @@ def test_signals_end_cleanly(tmp_path, command, sig):
     out.parent.mkdir()
     rc, err = kill_at(COMMANDS[command], out, 0.0 if sig == signal.SIGTERM else 1.5, sig)
     check_outcome(rc, err, out, sig, EXPECTED[command])
+
+
+def test_a_signal_during_compilation_waits_for_its_end():
+    """Numba's compiler calls back into Python from C, where a KeyboardInterrupt would be printed
+    as "Exception ignored" and lost: inside quietly() it is recorded, and raised at the end."""
+    with _interrupt.installed():
+        with pytest.raises(KeyboardInterrupt):
+            with _interrupt.quietly():
+                _interrupt._handler(signal.SIGTERM, None)     # no raise here
+                reached = True
+        assert reached and _interrupt.received() == signal.SIGTERM

@@ -126,6 +126,7 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
 
     t0 = time.perf_counter()
     progress = Progress("harness depth", args.quiet)
+    warm_up_kernels(progress)                # the scheduler's kernels too, before any signal can land
     d = dcfg.d
     traces = {}                                              # one trace per (model, T), shared
     progress.line(f"tracing {len(dcfg.T_values)} lengths per model")
@@ -170,7 +171,6 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
                    ["model", "grain", "P", "time", "span", "work", "speedup", "time_over_span"]])
 
     if not args.no_measure:
-        warm_up_kernels(progress)
         progress.line(f"timing {len(wcfg.T_values)} lengths, {wcfg.rounds} interleaved rounds each")
         times = walltime.measure_wall_times(wcfg)
         cross = walltime.measured_crossover(times, wcfg)
