@@ -1022,3 +1022,103 @@ def test_fit_from_must_lie_in_zero_one(fit_from, ok):
     else:
         with pytest.raises(ValueError, match="fit_from"):
             gradpath.validate_config(cfg)
+
+
+# ============================================================================ trace
+
+def test_tree_levels_and_clog2_closed_forms():
+    from harness.trace import clog2, tree_levels
+    assert [clog2(n) for n in (1, 2, 3, 4, 5, 1024, 1025)] == [0, 1, 2, 2, 3, 10, 11]
+    assert tree_levels(1) == [] and tree_levels(2) == [1] and tree_levels(5) == [2, 1, 1]
+    for n in range(1, 70):
+        lv = tree_levels(n)
+        assert sum(lv) == n - 1 and len(lv) == clog2(n)
+
+
+@pytest.mark.parametrize("kind,shape,inner,scalar,element,macs", [
+    ("matmul", (2, 3), 4, [24, 12, 6], [6, 6, 6, 6], 24),
+    ("matmul", (5,), 1, [5], [5], 5),
+    ("sum", (2,), 3, [2, 2], [2, 2], 0),
+    ("max", (3, 1), 5, [6, 3, 3], [3, 3, 3, 3], 0),
+    ("sum", (4,), 1, [], [], 0),
+    ("mul", (2, 3), 1, [6], [6], 6),
+    ("add", (), 1, [1], [1], 0),
+])
+def test_op_levels_and_multiplications(kind, shape, inner, scalar, element, macs):
+    from harness.trace import Op
+    op = Op(0, kind, kind, shape, inner, [])
+    assert op.levels("scalar") == scalar and op.levels("element") == element
+    assert op.macs == macs and op.numel == (math.prod(shape) if shape else 1)
+
+
+def test_op_rows_only_when_split():
+    from harness.trace import Op
+    assert Op(0, "add", "add", (4, 3), 1, []).rows == 1
+    assert Op(0, "add", "add", (4, 3), 1, [], split=True).rows == 4
+    assert Op(0, "add", "add", (2, 4, 3), 1, [], split=True).rows == 4
+    assert Op(0, "add", "add", (3,), 1, [], split=True).rows == 1
+
+
+def test_recorded_ops_are_named_after_what_they_multiply():
+    from harness import trace
+    g = trace.Graph(weight_parts={"W": "weights"})
+    X = trace.leaf(g, "X", (3, 2), ("T", "d_model"), source_row=0)
+    W = trace.leaf(g, "W", (2, 2), ("d_model", "d_k"))
+    Q = X @ W                                      # a named weight
+    E = Q @ np.swapaxes(Q, -1, -2)                 # every pair of positions
+    Y = (E / 2.0 - E.max(axis=-1, keepdims=True)) @ Q          # contracts over positions
+    Z = np.tanh(X @ np.ones((2, 2))) * 3.0 + np.exp(-Y) - Y.sum(axis=-1, keepdims=True)
+    kinds = [(op.kind, op.part, op.shape, op.inner) for op in g.ops]
+    assert kinds == [("matmul", "weights", (3, 2), 2), ("matmul", "grid", (3, 3), 2),
+                     ("div", "div", (3, 3), 1), ("max", "max", (3, 1), 3),
+                     ("sub", "sub", (3, 3), 1), ("matmul", "mix", (3, 2), 3),
+                     ("matmul", "product", (3, 2), 2), ("tanh", "tanh", (3, 2), 1),
+                     ("mul", "mul", (3, 2), 1), ("neg", "neg", (3, 2), 1),
+                     ("exp", "exp", (3, 2), 1), ("add", "add", (3, 2), 1),
+                     ("sum", "sum", (3, 1), 2), ("sub", "sub", (3, 2), 1)]
+    assert Z.axes == ("T", "d_k") and E.axes == ("T", "T") and Y.axes == ("T", "d_k")
+    assert [op.op_depth for op in g.ops] == [1, 2, 3, 3, 4, 5, 1, 2, 3, 6, 7, 8, 6, 9]
+    # position 1 (row 0 of X) is one op into Q's row 0, two into E's row and column 0
+    inf = math.inf
+    assert E.dist.tolist() == [[2, 2, 2], [2, inf, inf], [2, inf, inf]]
+    # scalar depth: Q 1 + log2 2 = 2, E 4, E / 2 5, its max 4 + log2 3 = 6, the - 7, A V 7 + 1 + 2
+    assert (E.sdepth == 4).all() and (Y.sdepth == 10).all()
+
+
+def test_row_reads_split_the_op_and_wait_for_that_row_only():
+    from harness import trace
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (4, 3), ("T", "d_model"), source_row=1)
+    H = np.tanh(X)
+    r = H[-1]
+    assert r.deps == [(0, 3)] and g.ops[0].split and r.shape == (3,) and r.axes == ("d_model",)
+    assert H[np.int64(2)].deps == [(0, 2)]
+    assert H[..., 1, :].deps == [(0, 1)]
+    whole = H[1:3]
+    assert whole.deps == [(0, -1)] and whole.shape == (2, 3)
+    col = H[:, 0]
+    assert col.deps == [(0, -1)] and col.shape == (4,)
+    assert X[2].deps == [] and X.dist[1].tolist() == [0, 0, 0] and np.isinf(X.dist[0]).all()
+    assert trace._single_row(2, 1) is None
+    assert trace._single_row((slice(None), 1), 2) is None
+    assert trace._single_row((1, 0), 2) is None
+    assert trace._single_row((Ellipsis, 2, slice(None)), 3) == 2
+    assert trace._single_row((0, 2), 3) is None
+    assert trace._single_row((slice(None), 2, slice(None)), 3) == 2
+
+
+def test_reductions_over_the_last_axis_only():
+    from harness import trace
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (4, 3), ("T", "d_model"), source_row=0)
+    s = X.sum(axis=1)
+    assert s.shape == (4,) and s.axes == ("T",) and g.ops[-1].inner == 3
+    k = X.max(keepdims=True)
+    assert k.shape == (4, 1) and k.axes == ("T", "1")
+    assert k.sdepth.ravel().tolist() == [2, 2, 2, 2] and k.dist.ravel()[0] == 1
+    with pytest.raises(TypeError, match="last axis"):
+        X.sum(axis=0)
+    with pytest.raises(TypeError, match="last axis"):
+        X.max(axis=0)
+    # a kept axis takes the other operand's label when broadcast
+    assert (X - k).axes == ("T", "d_model") and (k - X).axes == ("T", "d_model")
