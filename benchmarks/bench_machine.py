@@ -89,7 +89,9 @@ def gemm_peak_gflops(dtype, n=2048):
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)
     out = matmul(a, b)                                    # first call: BLAS buffers, page faults
-    return 2 * n ** 3 / common.analyser("timing").median_seconds(lambda: matmul(a, b, out), min_sample_s=0.5) / 1e9
+    timing = common.analyser("timing")
+    return 2 * n ** 3 / timing.median_seconds(lambda: matmul(a, b, out), rounds=3,
+                                              min_sample_s=0.2) / 1e9
 
 
 class GemmEfficiency(common.Benchmark):
@@ -112,7 +114,9 @@ class GemmEfficiency(common.Benchmark):
         self.peak = peaks[dtype]
         common.warm_up(self.model, dtype)
         X, Ws = common.inputs(self.model, T, self.d, 1, dtype)
-        seconds = common.analyser("timing").median_seconds(lambda: common.run_forward(self.model, X, Ws), min_sample_s=0.5)
+        timing = common.analyser("timing")
+        seconds = timing.median_seconds(lambda: common.run_forward(self.model, X, Ws), rounds=3,
+                                        min_sample_s=0.2)
         # FLOPs = 2 x the family's counted multiplications (projections, grid and mix); the
         # softmax's O(T^2) exps and adds are not counted, as PyTorch's FlopCounterMode does not
         flops = 2 * sum(common.family(self.model).macs(T, self.d).values())
