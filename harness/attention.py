@@ -80,6 +80,157 @@ def _attend_backward(Q, K, V, A, dY, scale, dQ, dK, dV, dS):
         np.dot(dS.T, Q[b], dK[b])                    # dK = dE^T Q
 
 
+# The tiled kernels work on TILE_Q query rows against TILE_K key columns at a time.
+# One score tile, TILE_Q x TILE_K, is 512 KiB in float32 and 1 MiB in float64: it stays
+# in this machine's 1 MiB L2 (AMD EPYC, 48 KiB L1d and 1 MiB L2 per core, 32 MiB L3;
+# lscpu) between the GEMM that writes it, the exp pass and the GEMM that reads it.
+# Measured (T = 4096, one thread, 5 interleaved rounds, tiles 64..512 x 256..2048, both
+# dtypes, d = 64 and 256): (256, 512) was the fastest or within 5 % of it in every
+# forward and backward case; 64-row tiles cost 15-50 % more (their GEMMs are too thin),
+# and 1024-column tiles no longer fit L2 in float64.
+TILE_Q, TILE_K = 256, 512
+
+
+@njit(cache=True, error_model="numpy")
+def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, Y, L, work, stats, scratch):
+    # Q, K (B, T, d_k), V (B, T, d_v) -> Y (B, T, d_v), L (B, T) = log sum_j exp(scale q_i . k_j).
+    # One query tile against each key tile in turn, with a running row maximum m and sum l
+    # (the online softmax): when m grows, what was summed so far is rescaled by
+    # exp(scale (m_old - m_new)). Causal: key tiles past the query tile are never visited.
+    # work (tile_q tile_k + 2 tile_q d_v,) in Q's dtype; stats float64 (3 tile_q,);
+    # scratch int64 (tile_k,).
+    B, T, _ = Q.shape
+    d_v = V.shape[2]
+    n_s = tile_q * tile_k
+    S_all = work[:n_s]
+    PV = work[n_s:n_s + tile_q * d_v].reshape(tile_q, d_v)
+    acc = work[n_s + tile_q * d_v:n_s + 2 * tile_q * d_v].reshape(tile_q, d_v)
+    m, l, corr = stats[:tile_q], stats[tile_q:2 * tile_q], stats[2 * tile_q:3 * tile_q]
+    for b in range(B):
+        for i0 in range(0, T, tile_q):
+            i1 = min(i0 + tile_q, T)
+            bq = i1 - i0
+            m[:] = -np.inf
+            l[:] = 0.0
+            acc[:] = 0.0
+            for j0 in range(0, i1 if causal else T, tile_k):
+                j1 = min(j0 + tile_k, i1 if causal else T)
+                bk = j1 - j0
+                S = S_all[:bq * bk].reshape(bq, bk)
+                np.dot(Q[b, i0:i1], K[b, j0:j1].T, S)                 # (bq, bk) scores
+                for r in range(bq):
+                    row = S[r]
+                    w = min(bk, i0 + r + 1 - j0) if causal else bk   # columns row i0 + r sees
+                    if w <= 0:
+                        row[:] = 0.0
+                        corr[r] = 1.0
+                        continue
+                    m_new = max(m[r], row_max(row, w))
+                    corr[r] = math.exp((m[r] - m_new) * scale)       # 0 on the first tile
+                    exp_shifted_inplace(row, w, m_new, scale, scratch)
+                    row[w:] = 0.0
+                    l[r] = l[r] * corr[r] + row_sum(row, w)
+                    m[r] = m_new
+                np.dot(S, V[b, j0:j1], PV[:bq])                       # (bq, d_v)
+                for r in range(bq):
+                    c = corr[r]
+                    for k in range(d_v):
+                        acc[r, k] = acc[r, k] * c + PV[r, k]
+            for r in range(bq):
+                inv = 1.0 / l[r]
+                for k in range(d_v):
+                    Y[b, i0 + r, k] = acc[r, k] * inv
+                L[b, i0 + r] = m[r] * scale + math.log(l[r])
+
+
+@njit(cache=True, error_model="numpy")
+def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, tile_q, tile_k,
+                           dQ, dK, dV, D, work, scratch):
+    # Reverses the tiled forward one key tile j at a time (its rows of dK, dV finished in
+    # place) against every query tile i that sees it, recomputing the weights from L:
+    #   P = exp(score_scale Q_i K_j^T - L_i)       (the forward's A, tile by tile)
+    #   dV_j += P^T dY_i                           (Y = A V)
+    #   dP = dY_i V_j^T,  dS = grad_scale P (dP - D_i)   with D_i = dY_i . Y_i = sum_j P_ij dP_ij
+    #   dQ_i += dS K_j,  dK_j += dS^T Q_i           (E = scale Q K^T)
+    # Causal: query tiles that end before the key tile starts are never visited.
+    # D float64 (B, T); work (2 tile_q tile_k + tile_q d_k + tile_k max(d_k, d_v),) in Q's
+    # dtype; scratch int64 (tile_k,).
+    B, T, d_k = Q.shape
+    d_v = V.shape[2]
+    n_s = tile_q * tile_k
+    P_all, dP_all = work[:n_s], work[n_s:2 * n_s]
+    tmp_q = work[2 * n_s:2 * n_s + tile_q * d_k].reshape(tile_q, d_k)
+    tmp_k = work[2 * n_s + tile_q * d_k:2 * n_s + tile_q * d_k + tile_k * max(d_k, d_v)]
+    for b in range(B):
+        for i in range(T):
+            D[b, i] = row_dot(dY[b, i], Y[b, i], d_v)
+    dQ[:] = 0.0
+    for b in range(B):
+        for j0 in range(0, T, tile_k):
+            j1 = min(j0 + tile_k, T)
+            bk = j1 - j0
+            K_j, V_j, dK_j, dV_j = K[b, j0:j1], V[b, j0:j1], dK[b, j0:j1], dV[b, j0:j1]
+            dK_j[:] = 0.0
+            dV_j[:] = 0.0
+            tk_v = tmp_k[:bk * d_v].reshape(bk, d_v)
+            tk_k = tmp_k[:bk * d_k].reshape(bk, d_k)
+            for i0 in range((j0 // tile_q) * tile_q if causal else 0, T, tile_q):
+                i1 = min(i0 + tile_q, T)
+                bq = i1 - i0
+                Q_i, dY_i = Q[b, i0:i1], dY[b, i0:i1]
+                P = P_all[:bq * bk].reshape(bq, bk)
+                dP = dP_all[:bq * bk].reshape(bq, bk)
+                np.dot(Q_i, K_j.T, P)
+                for r in range(bq):
+                    row = P[r]
+                    w = max(0, min(bk, i0 + r + 1 - j0)) if causal else bk
+                    exp_shifted_inplace(row, w, L[b, i0 + r] / score_scale, score_scale, scratch)
+                    row[w:] = 0.0
+                np.dot(P.T, dY_i, tk_v)
+                dV_j += tk_v
+                np.dot(dY_i, V_j.T, dP)
+                for r in range(bq):
+                    Dr = D[b, i0 + r]
+                    p, g = P[r], dP[r]
+                    for c in range(bk):
+                        g[c] = p[c] * (g[c] - Dr) * grad_scale
+                np.dot(dP, K_j, tmp_q[:bq])
+                dQ[b, i0:i1] += tmp_q[:bq]
+                np.dot(dP.T, Q_i, tk_k)
+                dK_j += tk_k
+
+
+@njit(cache=True, fastmath={"reassoc", "nsz"})
+def _row_min(row, n):
+    """min(row[:n]), reassociated so that it vectorises."""
+    s = np.inf
+    for j in range(n):
+        s = min(s, np.float64(row[j]))
+    return s
+
+
+@njit(cache=True)
+def _weights_defect(A, causal, tol, out):
+    # A (B, T, T) -> out = (b, i, kind) of the first row that is not a softmax row, kind
+    # 0 (none), 1 (sum off 1 by more than tol), 2 (a weight above the diagonal, causal),
+    # 3 (a negative weight). One pass over A; returned through out, not as a tuple.
+    B, T, _ = A.shape
+    out[0] = out[1] = out[2] = 0
+    for b in range(B):
+        for i in range(T):
+            row = A[b, i]
+            w = i + 1 if causal else T
+            if _row_min(row, T) < 0.0:
+                out[0], out[1], out[2] = b, i, 3
+                return
+            if causal and w < T and row_max(row[w:], T - w) != 0.0:
+                out[0], out[1], out[2] = b, i, 2
+                return
+            if abs(row_sum(row, w) - 1.0) > tol:
+                out[0], out[1], out[2] = b, i, 1
+                return
+
+
 class AttentionGrads(NamedTuple):
     dX: np.ndarray                  # like X
     dWq: Optional[np.ndarray]       # (d_model, d_k), None without projections
@@ -106,11 +257,14 @@ def _check_self(X, Wq, Wk, Wv, scale, causal):
         if Wv.shape[0] != d_model:
             raise ValueError(f"Wv must have shape ({d_model}, d_v) to match X's d_model = {d_model}, "
                              f"got {Wv.shape}.")
-    if not isinstance(scale, (bool, np.bool_)):
-        raise TypeError(f"scale must be True or False, got {scale!r}.")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be True or False, got {causal!r}.")
+    _check_flag("scale", scale)
+    _check_flag("causal", causal)
     return X, Wq, Wk, Wv
+
+
+def _check_flag(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
 
 
 def _grid_bytes(B, T, itemsize, n):
@@ -119,10 +273,21 @@ def _grid_bytes(B, T, itemsize, n):
                            f"({n} T x T buffer{'s' if n > 1 else ''})")
 
 
+def tiled_bytes(B, T, d_model, d_k, d_v, itemsize, backward=False):
+    """Bytes the tiled path allocates beyond its inputs and outputs: Q, K, V (and dQ, dK, dV
+    in the backward) of B T rows, and the tiles. Nothing grows like T^2."""
+    tq, tk = min(TILE_Q, T), min(TILE_K, T)
+    rows = B * T * (2 * d_k + d_v) * (2 if backward else 1)
+    tiles = (2 * tq * tk + tq * d_k + tk * max(d_k, d_v) if backward else tq * tk + 2 * tq * d_v)
+    parts = _PART_ROWS * d_model if backward else 0                  # dX's partial products
+    return (rows + tiles + parts) * itemsize + 8 * (B * T + 3 * tq + tk)
+
+
 def _project(X3, Wq, Wk, Wv):
     """Q, K, V (B, T, d_k/d_v) = X Wq, X Wk, X Wv; all three are X without projections.
 
-    They are internal (never returned), so they live in reused workspace buffers.
+    They are internal (never returned), so they live in reused workspace buffers. A
+    projection that overflows is a FloatingPointError naming it, not a NaN later.
     """
     if Wq is None:
         return X3, X3, X3
@@ -130,7 +295,17 @@ def _project(X3, Wq, Wk, Wv):
     Q, K, V = (_workspace.buffer(name, (B * T, W.shape[1]), X3.dtype)
                for name, W in (("Q", Wq), ("K", Wk), ("V", Wv)))
     _projections(X3.reshape(B * T, d_model), Wq, Wk, Wv, Q, K, V)
+    for name, P in (("Q = X Wq", Q), ("K = X Wk", K), ("V = X Wv", V)):
+        _check_finite(name, P, "the projection")
     return Q.reshape(B, T, -1), K.reshape(B, T, -1), V.reshape(B, T, -1)
+
+
+def _check_finite(name, a, what):
+    """FloatingPointError naming ``name`` if ``a`` holds an inf or NaN: never a silent NaN."""
+    if not np.isfinite(a).all():
+        hint = ", or use float64" if a.dtype == np.float32 else ""
+        raise FloatingPointError(f"{what} {name} overflows {a.dtype}: the inputs are finite but "
+                                 f"too large; scale them down{hint}.")
 
 
 @njit(cache=True)
@@ -141,14 +316,22 @@ def _projections(X2, Wq, Wk, Wv, Q, K, V):
     np.dot(X2, Wv, V)
 
 
+_PART_ROWS = 1024       # dX's partial products go through a (1024, d_model) buffer, not (B T, d_model)
+
+
 @njit(cache=True)
 def _projection_grads(X2, Wq, Wk, Wv, dQ2, dK2, dV2, dX, dWq, dWk, dWv, part):
     # Reverses Q = X Wq, K = X Wk, V = X Wv: dX = dQ Wq^T + dK Wk^T + dV Wv^T, dW = X^T dQ ...
+    # part: (rows, d_model) scratch; dX's second and third terms are added a block at a time.
     np.dot(dQ2, Wq.T, dX)
-    np.dot(dK2, Wk.T, part)
-    dX += part
-    np.dot(dV2, Wv.T, part)
-    dX += part
+    rows = part.shape[0]
+    for r0 in range(0, dX.shape[0], rows):
+        r1 = min(r0 + rows, dX.shape[0])
+        p = part[:r1 - r0]
+        np.dot(dK2[r0:r1], Wk.T, p)
+        dX[r0:r1] += p
+        np.dot(dV2[r0:r1], Wv.T, p)
+        dX[r0:r1] += p
     np.dot(X2.T, dQ2, dWq)
     np.dot(X2.T, dK2, dWk)
     np.dot(X2.T, dV2, dWv)
@@ -158,49 +341,234 @@ def _batch3(X):
     return X if X.ndim == 3 else X[None]
 
 
-def forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False):
-    """Single-head self-attention. Returns (Y, A).
+def _score_range(Q, K, factor):
+    """(Q', factor', e): Q' K^T is the scores' GEMM, factor' its scale, Q' = Q / 2^e.
+
+    |q . k| <= d_k max|Q| max|K|. Where that could overflow the dtype (X * 1e154 in float64,
+    X * 1e19 in float32), Q is divided by a power of two, exactly, and factor multiplied by
+    it: the softmax sees the same scaled scores and stays finite (the row maximum is
+    subtracted before exp). e = 0 and Q unchanged otherwise.
+    """
+    info = np.finfo(Q.dtype)
+    q = max(float(Q.max()), -float(Q.min()))
+    k = max(float(K.max()), -float(K.min()))
+    if q == 0.0 or k == 0.0:
+        return Q, factor, 0
+    log2_bound = math.log2(Q.shape[-1]) + math.log2(q) + math.log2(k)
+    e = math.ceil(log2_bound - math.log2(info.max / 16))
+    if e <= 0:
+        return Q, factor, 0
+    if math.log2(factor) + e > math.log2(info.max / 16):
+        raise FloatingPointError(
+            f"the scores q . k reach 2^{log2_bound:.0f}, beyond what {Q.dtype} can scale; "
+            f"scale X down, or use float64.")
+    return np.ldexp(Q, -e), factor * 2.0 ** e, e
+
+
+def _sample_rows(T):
+    """Up to 8 rows, spread over 0..T-1, that the backward's cheap checks recompute."""
+    return np.unique(np.linspace(0, T - 1, min(T, 8)).round().astype(np.int64))
+
+
+def _recomputed_rows(Qs, K, factor_s, causal, b, rows):
+    """Q' K^T of the sampled rows, float64 (k, T), -inf where causal masks them; and each
+    row's bound on the rounding of its scaled scores (factor' times that of Q' K^T)."""
+    S = matmul(Qs[b, rows], K[b].T).astype(np.float64)                      # (k, T)
+    if causal:
+        S[np.arange(S.shape[1])[None, :] > rows[:, None]] = -np.inf
+    d_k = Qs.shape[-1]
+    q = np.linalg.norm(Qs[b, rows].astype(np.float64), axis=1)               # (k,)
+    k = max(float(K[b].max()), -float(K[b].min())) * math.sqrt(d_k)           # >= max_j |k_j|
+    return S, 2.0 * d_k * np.finfo(Qs.dtype).eps * factor_s * q * k
+
+
+def _check_against_forward(Qs, K, V, factor_s, causal, A=None, L=None, Y=None):
+    """ValueError naming A (or L) or Y where a sampled row disagrees with the forward redone.
+
+    Cheap (8 rows per sequence, O(T d) each): it catches weights, L or Y from another X,
+    other weights, another ``scale`` or ``causal``, or a multiple of them. A difference
+    within the rounding of the scores passes, and so does anything outside the sampled rows.
+    """
+    B, T, _ = Qs.shape
+    eps = np.finfo(Qs.dtype).eps
+    slack = math.sqrt(eps)
+    rows = _sample_rows(T)
+    v_max = max(float(V.max()), -float(V.min()))
+    for b in range(B):
+        S, err = _recomputed_rows(Qs, K, factor_s, causal, b, rows)
+        where = [f"row {i}" + ("" if B == 1 else f" of sequence {b}") for i in rows]
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            if L is not None:                 # scores and L minus the row maximum: no overflow
+                P = np.exp((S - L[b, rows, None] / factor_s) * factor_s)           # (k, T)
+                tol = np.expm1(4 * err + 2 * eps * np.abs(L[b, rows])) + slack
+                off = np.abs(P.sum(axis=1) - 1.0)
+                what = "exp(scores - L) sums to {:.6g}, not 1"
+                shown = P.sum(axis=1)
+                name = "A (here L, the row log-sum-exp)"
+            else:
+                P = np.exp((S - S.max(axis=1, keepdims=True)) * factor_s)
+                P /= P.sum(axis=1, keepdims=True)
+            if A is not None:
+                tol = np.expm1(4 * err) + slack
+                off = np.abs(A[b, rows].astype(np.float64) - P).max(axis=1)
+                what = "it differs from the softmax recomputed from X and the weights by {:.3g}"
+                shown = off
+                name = "A"
+            bad = ~(off <= tol)                       # NaN tolerances (unbounded rounding) pass
+            bad &= np.isfinite(tol)
+            if bad.any():
+                n = int(np.argmax(bad))
+                raise ValueError(f"{name} does not match this forward: in {where[n]}, "
+                                 f"{what.format(shown[n])}. Pass what forward returned for these "
+                                 f"inputs, with the same scale and causal.")
+            if Y is not None:
+                tol = (np.expm1(4 * err) + slack) * max(v_max, np.finfo(np.float64).tiny)
+                off = np.abs(P @ V[b].astype(np.float64) - Y[b, rows]).max(axis=1)
+                bad = ~(off <= tol) & np.isfinite(tol)
+                if bad.any():
+                    n = int(np.argmax(bad))
+                    raise ValueError(f"Y does not match this forward: in {where[n]}, it differs from "
+                                     f"the Y recomputed from X and the weights by {off[n]:.3g}. Pass "
+                                     f"the Y that forward returned for these inputs.")
+
+
+def _check_weights(A, causal):
+    """ValueError naming A unless each row is a softmax row: no negative weight, a sum of 1
+    within sqrt(eps), and (causal) nothing above the diagonal. One pass over A."""
+    out = np.zeros(3, dtype=np.int64)
+    _weights_defect(A, bool(causal), math.sqrt(np.finfo(A.dtype).eps), out)
+    b, i, kind = (int(x) for x in out)
+    if kind == 0:
+        return
+    at = f"row {i}" + (f" of sequence {b}" if A.shape[0] > 1 else "")
+    if kind == 1:
+        raise ValueError(f"A must hold attention weights (each row sums to 1), but {at} sums to "
+                         f"{row_sum(A[b, i], A.shape[2] if not causal else i + 1):.6g}. "
+                         f"Pass the A that forward returned.")
+    if kind == 2:
+        raise ValueError(f"A has weights above the diagonal in {at}, but causal=True: pass the A "
+                         f"that forward(..., causal=True) returned, or causal=False.")
+    raise ValueError(f"A must hold attention weights, but {at} has a negative weight. "
+                     f"Pass the A that forward returned.")
+
+
+def forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False, return_weights=True):
+    """Single-head self-attention. Returns (Y, A), or (Y, L) with ``return_weights=False``.
 
     X is (T, d_model) or (B, T, d_model); Wq, Wk (d_model, d_k); Wv (d_model, d_v).
-    Wq = Wk = Wv = None means no projections: Q = K = V = X. Y is (..., T, d_v) and
-    A is (..., T, T), in X's dtype.
+    Wq = Wk = Wv = None means no projections: Q = K = V = X. Y is (..., T, d_v), in X's
+    dtype. A (..., T, T) holds the weights. With ``return_weights=False`` the weights are
+    never stored: queries and keys go through in tiles (TILE_Q x TILE_K) with an online
+    softmax, and L (..., T) is each row's log-sum-exp of the scaled scores, all that
+    ``backward`` needs to recompute them; memory grows like T, not T^2. L is float64
+    whatever X's dtype (float32 scores of X * 1e19 have a log-sum-exp beyond float32).
+
+    Finite inputs whose scores would overflow are rescaled by a power of two first, so A
+    and Y stay finite. A FloatingPointError names what cannot: a projection that overflows,
+    or an L beyond the dtype's range.
     """
     X, Wq, Wk, Wv = _check_self(X, Wq, Wk, Wv, scale, causal)
+    _check_flag("return_weights", return_weights)
     X3 = _batch3(X)
-    B, T, _ = X3.shape
-    _grid_bytes(B, T, X.itemsize, 1)
+    B, T, d_model = X3.shape
+    d_k = d_model if Wq is None else Wq.shape[1]
+    d_v = d_model if Wv is None else Wv.shape[1]
+    if return_weights:
+        _grid_bytes(B, T, X.itemsize, 1)
+    else:
+        v.check_memory(tiled_bytes(B, T, d_model, d_k, d_v, X.itemsize),
+                       f"tiled attention at T = {T}{f', B = {B}' if B > 1 else ''}")
     Q, K, V = _project(X3, Wq, Wk, Wv)
-    factor = 1.0 / math.sqrt(Q.shape[-1]) if scale else 1.0
-    A = np.empty((B, T, T), dtype=X.dtype)
-    Y = np.empty((B, T, V.shape[-1]), dtype=X.dtype)
-    _attend_forward(Q, K, V, factor, bool(causal), A, Y)
+    factor = 1.0 / math.sqrt(d_k) if scale else 1.0
+    Qs, factor_s, _ = _score_range(Q, K, factor)
+    Y = np.empty((B, T, d_v), dtype=X.dtype)
+    if return_weights:
+        second = np.empty((B, T, T), dtype=X.dtype)
+        _attend_forward(Qs, K, V, factor_s, bool(causal), second, Y)
+    else:
+        second = np.empty((B, T))                    # L: float64 whatever X's dtype
+        tq, tk = min(TILE_Q, T), min(TILE_K, T)
+        _attend_forward_tiled(Qs, K, V, factor_s, bool(causal), tq, tk, Y, second,
+                              _workspace.buffer("tiles", (tq * tk + 2 * tq * d_v,), X.dtype),
+                              _workspace.buffer("tile_stats", (3 * tq,), np.float64),
+                              _workspace.buffer("exp_bits", (tk,), np.int64))
+        _check_finite("L", second, "the row log-sum-exp")
+    _check_finite("Y", Y, "the output")
     if X.ndim == 2:
-        return Y[0], A[0]
-    return Y, A
+        return Y[0], second[0]
+    return Y, second
 
 
-def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False):
-    """Gradients of self-attention given A from ``forward`` and the upstream dY.
+def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False, Y=None):
+    """Gradients of self-attention given the forward's A (or L) and the upstream dY.
 
     Returns ``AttentionGrads(dX, dWq, dWk, dWv)``; without projections the weight
-    gradients are None. ``causal`` is accepted for symmetry: the mask lives in A.
+    gradients are None. A is either the weights (..., T, T) or L (..., T), the row
+    log-sum-exp from ``forward(..., return_weights=False)``; given L, the weights are
+    recomputed tile by tile and nothing of size T x T is kept. ``Y``, the forward's output,
+    spares the L path a forward pass (it needs dY_i . Y_i per row); without it Y is
+    recomputed, and L checked against the recomputation. ``scale`` and ``causal`` must be
+    the forward's.
+
+    Checked, cheaply: A's rows are softmax rows (non-negative, summing to 1 within
+    sqrt(eps), zero above the diagonal when causal); and 8 rows per sequence of A (or of L,
+    and of Y when given) are recomputed from X and the weights. A ValueError names the one
+    that disagrees. Not checked: rows outside the sample, and differences within the
+    rounding of the scores (where the scores are huge, that rounding is large).
     """
     X, Wq, Wk, Wv = _check_self(X, Wq, Wk, Wv, scale, causal)
     X3 = _batch3(X)
     B, T, d_model = X3.shape
-    _grid_bytes(B + 1, T, X.itemsize, 1)             # A (copied if strided) and dS, before either
     lead = X.shape[:-1]                              # (T,) or (B, T): shapes as the user passed them
-    A = v.as_float_array("A", A, X.ndim, X.dtype)
-    v.check_shape("A", A, lead + (T,))
+    d_k = d_model if Wq is None else Wq.shape[1]
     d_v = d_model if Wv is None else Wv.shape[1]
+    weights = np.ndim(A) == X.ndim                   # else L, one value per row
+    if weights:
+        _grid_bytes(B + 1, T, X.itemsize, 1)         # A (copied if strided) and dS, before either
+    else:
+        v.check_memory(tiled_bytes(B, T, d_model, d_k, d_v, X.itemsize, backward=True),
+                       f"the tiled attention backward at T = {T}{f', B = {B}' if B > 1 else ''}")
+    # weights in X's dtype; L in either float dtype (float64 from forward), held in float64
+    A = v.as_float_array("A", A, (X.ndim, X.ndim - 1), X.dtype if weights else None)
+    if A.shape not in (lead + (T,), lead):
+        raise ValueError(f"A must have shape {lead + (T,)} (the weights) or {lead} (L, the row "
+                         f"log-sum-exp), as forward returned them, got {A.shape}.")
     dY = v.as_float_array("dY", dY, X.ndim, X.dtype)
     v.check_shape("dY", dY, lead + (d_v,))
-    A, dY = _batch3(A), _batch3(dY)
+    if Y is not None:
+        Y = v.as_float_array("Y", Y, X.ndim, X.dtype)
+        v.check_shape("Y", Y, lead + (d_v,))
+        Y = _batch3(Y)
+    A = _batch3(A) if weights else A.reshape(B, T).astype(np.float64, copy=False)
+    dY = _batch3(dY)
     Q, K, V = _project(X3, Wq, Wk, Wv)               # recomputed: cheaper to redo than to keep
-    factor = 1.0 / math.sqrt(Q.shape[-1]) if scale else 1.0
+    factor = 1.0 / math.sqrt(d_k) if scale else 1.0
+    Qs, factor_s, e = _score_range(Q, K, factor)
     dQ, dK, dV = (_workspace.buffer(n, g.shape, g.dtype) for n, g in (("dQ", Q), ("dK", K), ("dV", V)))
-    dS = _workspace.buffer("dS", (T, T), X.dtype)
-    _attend_backward(Q, K, V, A, dY, factor, dQ, dK, dV, dS)
+    if weights:
+        _check_weights(A, causal)
+        _check_against_forward(Qs, K, V, factor_s, causal, A=A, Y=Y)
+        dS = _workspace.buffer("dS", (T, T), X.dtype)
+        _attend_backward(Q, K, V, A, dY, factor, dQ, dK, dV, dS)
+    else:
+        tq, tk = min(TILE_Q, T), min(TILE_K, T)
+        if Y is None:                                # one forward pass: Y, and L to check A against
+            Y = np.empty((B, T, d_v), dtype=X.dtype)
+            L2 = np.empty((B, T))
+            _attend_forward_tiled(Qs, K, V, factor_s, bool(causal), tq, tk, Y, L2,
+                                  _workspace.buffer("tiles", (tq * tk + 2 * tq * d_v,), X.dtype),
+                                  _workspace.buffer("tile_stats", (3 * tq,), np.float64),
+                                  _workspace.buffer("exp_bits", (tk,), np.int64))
+            _check_lse(A, L2, X.dtype)
+        else:
+            _check_against_forward(Qs, K, V, factor_s, causal, L=A, Y=Y)
+        _attend_backward_tiled(Qs, K, V, A, Y, dY, factor_s, factor, bool(causal), tq, tk,
+                               dQ, dK, dV, _workspace.buffer("D", (B, T), np.float64),
+                               _workspace.buffer("tiles_bwd", (2 * tq * tk + tq * d_k
+                                                               + tk * max(d_k, d_v),), X.dtype),
+                               _workspace.buffer("exp_bits", (tk,), np.int64))
+        if e:
+            dK *= dK.dtype.type(2.0 ** e)            # dK = dS^T Q, and the kernel saw Q / 2^e
     if Wq is None:
         dX = dQ + dK + dV                            # X plays all three roles
         grads = AttentionGrads(dX, None, None, None)
@@ -210,11 +578,26 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False):
         dX = np.empty((B * T, d_model), dtype=X.dtype)
         dWq, dWk, dWv = np.empty_like(Wq), np.empty_like(Wk), np.empty_like(Wv)
         _projection_grads(X2, Wq, Wk, Wv, dQ2, dK2, dV2, dX, dWq, dWk, dWv,
-                          _workspace.buffer("dX_part", dX.shape, dX.dtype))
+                          _workspace.buffer("dX_part", (min(_PART_ROWS, B * T), d_model), dX.dtype))
         grads = AttentionGrads(dX.reshape(B, T, d_model), dWq, dWk, dWv)
+    for name, g in zip(grads._fields, grads):
+        if g is not None:
+            _check_finite(name, g, "the gradient")
     if X.ndim == 2:
         grads = grads._replace(dX=grads.dX[0])
     return grads
+
+
+def _check_lse(L, L2, dtype):
+    """ValueError naming A (as L) unless L equals the recomputed L2 within X's rounding."""
+    tol = 16 * np.finfo(dtype).eps * (1.0 + np.abs(L2))
+    off = np.abs(L - L2)
+    if not np.all(off <= tol):
+        b, i = np.unravel_index(int(np.argmax(off - tol)), off.shape)
+        at = f"row {i}" + (f" of sequence {b}" if L.shape[0] > 1 else "")
+        raise ValueError(f"A (here L, the row log-sum-exp) does not match this forward: {at} is "
+                         f"{float(L[b, i]):.9g}, recomputed {float(L2[b, i]):.9g}. Pass the L that "
+                         f"forward(..., return_weights=False) returned for these inputs, scale and causal.")
 
 
 # ----------------------------------------------------------- additive attention

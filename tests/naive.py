@@ -311,3 +311,22 @@ def complex_numeric_grad(f, z, step=1e-6):
     """dL/dRe z + i dL/dIm z by central differences (PyTorch's convention), z complex128 in place."""
     g = numeric_grad(f, z.view(np.float64), step)        # (..., 2n): Re, Im interleaved
     return g[..., 0::2] + 1j * g[..., 1::2]
+
+
+# ------------------------------------------------------- attention's row log-sum-exp
+
+def attention_logsumexp(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False):
+    """L_i = log sum_j exp(e_ij), score by score, as the tiled forward returns it. (T,) or (B, T)."""
+    X, Wq, Wk, Wv = _f64(X, Wq, Wk, Wv)
+    if X.ndim == 3:
+        return np.stack([attention_logsumexp(x, Wq, Wk, Wv, scale, causal) for x in X])
+    T = X.shape[0]
+    Q, K = (X, X) if Wq is None else (X @ Wq, X @ Wk)
+    c = 1.0 / math.sqrt(Q.shape[1]) if scale else 1.0
+    L = np.zeros(T)
+    for i in range(T):
+        e = [c * sum(Q[i, k] * K[j, k] for k in range(Q.shape[1]))
+             for j in (range(i + 1) if causal else range(T))]
+        m = max(e)
+        L[i] = m + math.log(sum(math.exp(x - m) for x in e))
+    return L

@@ -3,9 +3,10 @@
 Kernels in ``harness.attention``; the plain NumPy forward the tracer runs in
 ``harness.reference``; here, what the analysers need: the lessons' counts (the
 T x T grid T^2 d_k, the mix T^2 d_v, the projections T d (2 d_k + d_v)), its
-inputs, its two timed variants, and its gradient path: dy_T/dx_{T-k} crosses
-one alpha factor whatever k is, split into the value route (x_j as a term of
-alpha.V) and the score route (x_j inside alpha, through k_j).
+inputs, its timed variants (the materialised kernel, with and without projections,
+and the tiled one that never stores the T x T weights), and its gradient path:
+dy_T/dx_{T-k} crosses one alpha factor whatever k is, split into the value route
+(x_j as a term of alpha.V) and the score route (x_j inside alpha, through k_j).
 """
 
 from __future__ import annotations
@@ -62,7 +63,14 @@ def inputs(T, d, batch=1, dtype="float64", seed=0):
 
 
 def backward_from(X, W, out, dY):
-    return attention.backward(X, *W, out[1], dY)
+    """The backward from forward's (Y, A) or (Y, L): Y is passed too, so that the L path
+    needs no forward pass of its own, and both are checked against a few recomputed rows."""
+    return attention.backward(X, *W, out[1], dY, Y=out[0])
+
+
+def tiled_forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False):
+    """``attention.forward`` without the T x T weights: returns (Y, L)."""
+    return attention.forward(X, Wq, Wk, Wv, scale=scale, causal=causal, return_weights=False)
 
 
 def _grid_inputs(T, d, rng, dtype=np.float64):
@@ -82,11 +90,20 @@ def _timed_bytes(T, d):
     return 3 * T * T * 8 + 8 * T * d * 8 + 4 * d * d * 8
 
 
+def _tiled_timed_bytes(T, d):
+    """The tiled call: X, Y, L and the tiles; nothing T x T."""
+    return 2 * T * d * 8 + T * 8 + attention.tiled_bytes(1, T, d, d, d, 8)
+
+
+def _grid_macs(T, d):
+    return macs(T, d)["grid"] + macs(T, d)["mix"]
+
+
 TIMED = (
-    Variant("attention", _grid_inputs, attention.forward,
-            lambda T, d: macs(T, d)["grid"] + macs(T, d)["mix"], _timed_bytes),
+    Variant("attention", _grid_inputs, attention.forward, _grid_macs, _timed_bytes),
     Variant("attention+proj", _projected_inputs, attention.forward,
             lambda T, d: sum(macs(T, d).values()), _timed_bytes),
+    Variant("attention (tiled)", _grid_inputs, tiled_forward, _grid_macs, _tiled_timed_bytes),
 )
 
 
@@ -99,8 +116,19 @@ def path_jacobians(X, Wq, Wk, Wv):
     Value route (x_j as a term of alpha.V):   alpha_Tj Wv^T.
     Score route (x_j inside alpha, via k_j):  alpha_Tj (v_j - y_T) (Wk q_T)^T / sqrt(d_k).
     Position T itself (distance 0) also has the query route and is left out. Only
-    the last row of alpha is computed: O(T d) for the weights, never the T x T grid.
+    the last row of alpha is computed: O(T d) for the weights, never the T x T grid;
+    the Jacobians themselves are O(T d^2) (``attention_paths`` holds a chunk at a time).
     """
+    row = _last_row(X, Wq, Wk, Wv)
+    check_memory(2 * (row[0].shape[0]) * row[1].shape[1] * row[4].shape[0] * 8,
+                 f"the attention path Jacobians (T={row[0].shape[0] + 1}, d_model={row[4].shape[0]})")
+    return _route_jacobians(*row, 0, row[0].shape[0])
+
+
+def _last_row(X, Wq, Wk, Wv):
+    """What every distance's Jacobian is built from, in float64: (a, V, y, g, Wv).
+
+    a (T-1,) = alpha_Tj for j < T; V (T, d_v); y (d_v,) = y_T; g (d_model,) = de_Tj/dx_j."""
     X = as_float_array("X", X, 2)
     dt = X.dtype
     Wq, Wk, Wv = (as_float_array(n, w, 2, dtype=dt) for n, w in (("Wq", Wq), ("Wk", Wk), ("Wv", Wv)))
@@ -112,8 +140,8 @@ def path_jacobians(X, Wq, Wk, Wv):
             raise ValueError(f"{n} must have d_model={d_model} rows, got shape {w.shape}.")
     if Wq.shape != Wk.shape:
         raise ValueError(f"Wq and Wk must have the same shape (d_model, d_k), got {Wq.shape} and {Wk.shape}.")
-    check_memory(_jacobian_bytes(T, d_model, Wv.shape[1]),
-                 f"the attention paths (T={T}, d_model={d_model})")
+    check_memory(_row_bytes(T, d_model, Wq.shape[1], Wv.shape[1]),
+                 f"the attention path's last row (T={T}, d_model={d_model})")
     X, Wq, Wk, Wv = (a.astype(np.float64) for a in (X, Wq, Wk, Wv))
     d_k = Wq.shape[1]
     q = X[T - 1] @ Wq                                      # (d_k,): the last query
@@ -123,16 +151,32 @@ def path_jacobians(X, Wq, Wk, Wv):
     V = X @ Wv                                             # (T, d_v)
     y = alpha @ V                                          # (d_v,)
     g = (Wk @ q) / math.sqrt(d_k)                          # (d_model,): de_Tj/dx_j
-    a = alpha[:T - 1]                                      # (T-1,)
-    J_value = a[:, None, None] * Wv.T[None]                # (T-1, d_v, d_model)
-    J_score = (a[:, None] * (V[:T - 1] - y))[:, :, None] * g[None, None, :]
+    return alpha[:T - 1], V, y, g, Wv
+
+
+def _route_jacobians(a, V, y, g, Wv, lo, hi):
+    """J_value, J_score (hi - lo, d_v, d_model) of x_j for j = lo..hi-1 (0-based)."""
+    a = a[lo:hi]
+    J_value = a[:, None, None] * Wv.T[None]                # (n, d_v, d_model)
+    J_score = (a[:, None] * (V[lo:hi] - y))[:, :, None] * g[None, None, :]
     return J_value, J_score
 
 
+# Distances whose Jacobians are held at once: memory O(PATH_CHUNK d^2), not O(T d^2),
+# so the path runs to T = 20,000 and beyond at d = 32 (2048 x 32 x 32 x 8 B = 16 MiB a route).
+PATH_CHUNK = 2048
+
+
+def _row_bytes(T, d, d_k, d_v):
+    """The last row's float64 arrays: X and its copy, X Wk, V, the scores and alpha."""
+    return 8 * (2 * T * d + T * d_k + T * d_v + 3 * T)
+
+
 def _jacobian_bytes(T, d, d_v=None):
-    """The (T-1) path Jacobians: value, score and their sum."""
+    """One chunk of the path Jacobians (value, score, their sum, LAPACK's copy of one), beside
+    the last row's arrays."""
     d_v = d if d_v is None else d_v
-    return 3 * (T - 1) * d_v * d * 8
+    return 4 * min(PATH_CHUNK, T - 1) * d_v * d * 8 + _row_bytes(T, d, d, d_v)
 
 
 def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=None, Wv=None):
@@ -141,7 +185,9 @@ def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=No
     With no weights given: X ~ N(0, input_scale^2) (T, d), Wq, Wk, Wv ~ N(0, 1/d) (d, d).
     Columns as ``rnn_decay`` (model="attention", rho=NaN, activation="softmax",
     weight="gaussian"), with log10_norm the spectral norm of the whole Jacobian and
-    log10_value / log10_score its two routes. Every k crosses one alpha factor.
+    log10_value / log10_score its two routes. Every k crosses one alpha factor. Only the
+    last row of alpha is computed, and the Jacobians PATH_CHUNK distances at a time:
+    memory O(T d + PATH_CHUNK d^2), time O(T d^3) for the spectral norms.
     """
     check_real("input_scale", input_scale)
     check_seed("seed", seed)
@@ -153,12 +199,16 @@ def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=No
         Wq, Wk, Wv = (rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(3))
     elif any(w is None for w in (Wq, Wk, Wv)):
         raise ValueError("Wq, Wk and Wv must be given together with X.")
-    Jv, Js = path_jacobians(X, Wq, Wk, Wv)
+    row = _last_row(X, Wq, Wk, Wv)
     T, d = np.shape(X)
+    total, value, score = (np.empty(T - 1) for _ in range(3))
     with np.errstate(divide="ignore"):
         def lg(J):
             return np.log10(np.linalg.svd(J, compute_uv=False)[:, 0])
-        total, value, score = lg(Jv + Js), lg(Jv), lg(Js)
+        for lo in range(0, T - 1, PATH_CHUNK):
+            hi = min(lo + PATH_CHUNK, T - 1)
+            Jv, Js = _route_jacobians(*row, lo, hi)
+            total[lo:hi], value[lo:hi], score[lo:hi] = lg(Jv + Js), lg(Jv), lg(Js)
     k = np.arange(1, T)
     idx = T - 1 - k                                        # x_{T-k}, 0-based
     return pd.DataFrame({
@@ -187,17 +237,32 @@ def path_summary(g, fit_from):
 
 
 def path_memory(T, d, config):
+    """Peak bytes of one (T, d) attention path: one chunk of Jacobians and the last row."""
     return {"attention path Jacobians": _jacobian_bytes(T, d)}
+
+
+def path_flops(T, d, config):
+    """Roughly: the last row's products (4 T d^2) and a d x d SVD per distance (~20 d^3)."""
+    return 4 * T * d * d + 20 * (T - 1) * d ** 3
 
 
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dY, torch=None):
-    """NumPy's matrix products and softmax; the GEMMs alone (the floor); PyTorch's SDPA + autograd."""
+    """NumPy's matrix products and softmax; the GEMMs alone (the floor); PyTorch's SDPA + autograd.
+
+    Also ``tiled``: the harness's own tiled forward and backward (no T x T weights), timed
+    beside the others but not a peer: the speed-ups are over numpy and torch.
+    """
     Wq, Wk, Wv = W
     Y, A = attention.forward(X, Wq, Wk, Wv)
+    Yt, L = tiled_forward(X, Wq, Wk, Wv)
     T, d = X.shape
     impls = {
+        "tiled": (lambda: tiled_forward(X, Wq, Wk, Wv),
+                  lambda: attention.backward(X, Wq, Wk, Wv, L, dY, Y=Yt),
+                  lambda: (tiled_forward(X, Wq, Wk, Wv)[0],
+                           attention.backward(X, Wq, Wk, Wv, L, dY, Y=Yt).dX)),
         "numpy": (lambda: reference.attention_forward(X, Wq, Wk, Wv),
                   lambda: reference.attention_backward(X, Wq, Wk, Wv, A, dY),
                   lambda: (reference.attention_forward(X, Wq, Wk, Wv)[0],
