@@ -482,15 +482,21 @@ def test_atomic_write_interrupted_leaves_no_temporary(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_atomic_write_makes_a_readable_file_with_the_exact_bytes(tmp_path):
-    old = os.umask(0o027)
+def _with_umask(mask, fn, *args):
+    old = os.umask(mask)
     try:
-        path = _io.atomic_write_bytes(tmp_path / "b.bin", b"\x00\x01data\xff")
+        return fn(*args)
     finally:
         os.umask(old)
+
+
+def test_atomic_write_makes_a_readable_file_with_the_exact_bytes(tmp_path):
+    path = _with_umask(0o027, _io.atomic_write_bytes, tmp_path / "b.bin", b"\x00\x01data\xff")
     assert path == tmp_path / "b.bin"
     assert path.read_bytes() == b"\x00\x01data\xff"
     assert stat.S_IMODE(path.stat().st_mode) == 0o640           # 0o666 less the umask
+    open_to_all = _with_umask(0, _io.atomic_write_bytes, tmp_path / "c.bin", b"c")
+    assert stat.S_IMODE(open_to_all.stat().st_mode) == 0o666
     frame = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
     _io.atomic_write_csv(frame, tmp_path / "f.csv")
     assert (tmp_path / "f.csv").read_text() == "a,b\n1,x\n2,y\n"
@@ -1196,3 +1202,124 @@ def test_clip_by_norm_closed_forms():
     X = np.arange(9.0).reshape(3, 3) - 4
     want = sum(np.exp(ln_a[t] - 1.0) * np.outer(D[t], X[t]) for t in range(3))
     np.testing.assert_allclose(clipping._sum_terms(ln_a, D, X, 1.0), want, rtol=1e-14)
+
+
+def test_atomic_write_uses_a_hidden_temporary_beside_the_destination(tmp_path):
+    seen = []
+    real = os.replace
+
+    def spy(src, dst):
+        seen.append((src, dst))
+        return real(src, dst)
+    with mock.patch.object(_io.os, "replace", spy):
+        _io.atomic_write_text(tmp_path / "depth.csv", "x")
+    (src, dst), = seen
+    src = os.fspath(src)
+    assert os.path.dirname(src) == str(tmp_path) and os.fspath(dst) == str(tmp_path / "depth.csv")
+    assert os.path.basename(src).startswith(".depth.csv.") and src.endswith(".tmp")
+
+
+# ============================================================================ _io: a set of files, by failure
+
+def _folder_with(tmp_path, **files):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def _listing(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_output_set_replaces_the_old_files_together_and_leaves_no_stage(tmp_path):
+    folder = _folder_with(tmp_path, **{"a.csv": "old a", "b.csv": "old b", "keep.txt": "k"})
+
+    def run():
+        with _io.output_set(folder) as files:
+            assert files.stage.parent == folder
+            assert files.stage.name.startswith(f"{_io.STAGING_PREFIX}{os.getpid()}-")
+            files.write_text("a.csv", "new a")
+            files.write_csv("b.csv", pd.DataFrame({"x": [1, 2], "y": ["p", "q"]}))
+            files.write_bytes("c.bin", b"\x00c")
+            assert [n for n in _listing(folder) if not n.startswith(_io.STAGING_PREFIX)] == \
+                ["a.csv", "b.csv", "keep.txt"]                                  # nothing moved yet
+    _with_umask(0, run)
+    assert _listing(folder) == ["a.csv", "b.csv", "c.bin", "keep.txt"]
+    assert (folder / "a.csv").read_text() == "new a"
+    assert (folder / "b.csv").read_text() == "x,y\n1,p\n2,q\n"
+    assert (folder / "c.bin").read_bytes() == b"\x00c" and (folder / "keep.txt").read_text() == "k"
+    for name in ("a.csv", "b.csv", "c.bin"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o666
+    files = _io.OutputSet(folder)
+    _with_umask(0o077, files.write_text, "d.txt", "d")
+    assert stat.S_IMODE((files.stage / "d.txt").stat().st_mode) == 0o600
+    files.discard()
+    assert _listing(folder) == ["a.csv", "b.csv", "c.bin", "keep.txt"]
+
+
+def test_output_set_failing_halfway_puts_the_old_set_back(tmp_path):
+    folder = _folder_with(tmp_path, **{"a.csv": "old a", "b.csv": "old b"})
+    real = os.replace
+
+    def fail_on_b(src, dst):
+        if os.fspath(dst) == str(folder / "b.csv") and _io.STAGING_PREFIX in os.fspath(src) \
+                and ".old" not in os.fspath(src):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(src, dst)
+    with mock.patch.object(_io.os, "replace", fail_on_b):
+        with pytest.raises(OSError, match="No space"):
+            with _io.output_set(folder) as files:
+                files.write_text("a.csv", "new a")
+                files.write_text("b.csv", "new b")
+                files.write_text("c.csv", "new c")
+    assert _listing(folder) == ["a.csv", "b.csv"]
+    assert (folder / "a.csv").read_text() == "old a" and (folder / "b.csv").read_text() == "old b"
+
+
+def test_output_set_failing_on_a_new_name_removes_what_it_moved(tmp_path):
+    folder = _folder_with(tmp_path, **{"a.csv": "old a"})
+    real = os.replace
+
+    def fail_on_c(src, dst):
+        if os.fspath(dst) == str(folder / "c.csv"):
+            raise OSError(errno.EIO, "I/O error")
+        return real(src, dst)
+    with mock.patch.object(_io.os, "replace", fail_on_c):
+        with pytest.raises(OSError, match="I/O"):
+            with _io.output_set(folder) as files:
+                files.write_text("a.csv", "new a")
+                files.write_text("b.csv", "new b")
+                files.write_text("c.csv", "new c")
+    assert _listing(folder) == ["a.csv"] and (folder / "a.csv").read_text() == "old a"
+
+
+def test_output_set_interrupted_before_commit_changes_nothing(tmp_path):
+    folder = _folder_with(tmp_path, **{"a.csv": "old a"})
+    with pytest.raises(KeyboardInterrupt):
+        with _io.output_set(folder) as files:
+            files.write_text("a.csv", "new a")
+            raise KeyboardInterrupt
+    assert _listing(folder) == ["a.csv"] and (folder / "a.csv").read_text() == "old a"
+
+
+def test_output_set_removes_the_stages_of_dead_runs_only(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(proc.stdout)
+    for name in (f"{_io.STAGING_PREFIX}{dead}-x1", f"{_io.STAGING_PREFIX}{os.getpid()}-x2",
+                 f"{_io.STAGING_PREFIX}{dead}", "other-123-x"):
+        (tmp_path / name).mkdir()
+    with _io.output_set(tmp_path) as files:
+        files.write_text("a.csv", "a")
+    assert _listing(tmp_path) == sorted([f"{_io.STAGING_PREFIX}{os.getpid()}-x2",
+                                         f"{_io.STAGING_PREFIX}{dead}", "a.csv", "other-123-x"])
+
+
+def test_median_seconds_defaults_five_rounds_of_a_tenth_of_a_second():
+    clock = _Clock()
+    f = clock.fn("f", 0.03)
+    with mock.patch.object(timing.time, "perf_counter", clock):
+        assert timing.median_seconds(f) == pytest.approx(0.03)
+    assert len(clock.calls) == 2 + 5 * 4            # calibration, then 5 rounds of ceil(0.1/0.03)
