@@ -1323,3 +1323,131 @@ def test_median_seconds_defaults_five_rounds_of_a_tenth_of_a_second():
     with mock.patch.object(timing.time, "perf_counter", clock):
         assert timing.median_seconds(f) == pytest.approx(0.03)
     assert len(clock.calls) == 2 + 5 * 4            # calibration, then 5 rounds of ceil(0.1/0.03)
+
+
+# ============================================================================ walltime on a fake timer
+
+class _FakeRounds:
+    """Stands in for ``timing.time_interleaved``: records its calls and returns the samples
+    ``sample(name, call_number)`` gives, one per round."""
+
+    def __init__(self, sample):
+        self.sample, self.calls = sample, []
+
+    def __call__(self, fns, rounds, min_sample_s, seed=0):
+        self.calls.append((dict(fns), rounds, min_sample_s, seed))
+        n = len(self.calls)
+        return ({k: np.array([self.sample(k, n, r) for r in range(rounds)], float) for k in fns},
+                {k: 1 for k in fns})
+
+
+def test_noise_floor_of_two_labels_a_constant_factor_apart():
+    fake = _FakeRounds(lambda k, n, r: (1.0 + r) * (1.1 if k == "a" else 1.0))
+    fn = object()
+    with mock.patch.object(timing, "time_interleaved", fake):
+        out = timing.noise_floor(fn, rounds=5, min_sample_s=0.3, seed=9)
+    fns, rounds, min_s, seed = fake.calls[0]
+    assert fns == {"a": fn, "b": fn} and (rounds, min_s, seed) == (5, 0.3, 9)
+    # a = 1.1 b round by round: every paired resample has the same ratio
+    assert out["noise_ratio"] == pytest.approx(1.1)
+    assert out["noise_ratio_lo"] == pytest.approx(1.1) and out["noise_ratio_hi"] == pytest.approx(1.1)
+    assert out["noise_floor"] == pytest.approx(0.1)
+    fake = _FakeRounds(lambda k, n, r: (1.0 + r) * (0.8 if k == "a" else 1.0))
+    with mock.patch.object(timing, "time_interleaved", fake):
+        out = timing.noise_floor(fn, rounds=4)
+    assert out["noise_ratio"] == pytest.approx(0.8) and out["noise_floor"] == pytest.approx(0.2)
+    assert fake.calls[0][1:] == (4, 0.02, 0)                    # the defaults
+
+
+def test_noise_floor_is_the_intervals_larger_distance_from_one():
+    # the ratio varies from round to round: the floor is the interval's farther end from 1
+    a = np.array([1.0, 1.3, 0.9, 1.1, 1.0, 1.2, 0.95])
+    fake = _FakeRounds(lambda k, n, r: a[r] if k == "a" else 1.0)
+    with mock.patch.object(timing, "time_interleaved", fake):
+        out = timing.noise_floor(None, rounds=7, seed=3)
+    assert out["noise_ratio"] == pytest.approx(np.median(a))
+    assert out["noise_ratio_lo"] <= np.median(a) <= out["noise_ratio_hi"]
+    assert out["noise_ratio_lo"] < out["noise_ratio_hi"]
+    assert out["noise_floor"] == pytest.approx(max(out["noise_ratio_hi"] - 1, 1 - out["noise_ratio_lo"],
+                                                   abs(out["noise_ratio"] - 1)))
+
+
+def test_matmul_rates_from_their_own_timings():
+    cfg = dataclasses.replace(config.WALL, rounds=3, min_sample_s=0.01, seed=2, threads=1)
+    fake = _FakeRounds(lambda k, n, r: 2e-3 if k == "gemm" else 5e-3)
+    with mock.patch.object(walltime.timing, "time_interleaved", fake):
+        res = walltime.matmul_rates(8, cfg)
+    fns, rounds, min_s, seed = fake.calls[0]
+    assert sorted(fns) == ["gemm", "gemv"] and (rounds, min_s, seed) == (5, 0.01, 8)  # 5 at least
+    T, d = 16, 8                                                # T = 2d by default
+    assert res["gemm_gmacs"] == pytest.approx(T * T * d / 2e-3 / 1e9)
+    assert res["gemv_gmacs"] == pytest.approx(T * d * d / 5e-3 / 1e9)
+    for k in ("gemm", "gemv"):                                   # identical rounds: no spread
+        assert res[f"{k}_gmacs_lo"] == pytest.approx(res[f"{k}_gmacs"])
+        assert res[f"{k}_gmacs_hi"] == pytest.approx(res[f"{k}_gmacs"])
+    fake = _FakeRounds(lambda k, n, r: [1e-3, 2e-3, 4e-3, 3e-3, 5e-3, 6e-3][r])
+    with mock.patch.object(walltime.timing, "time_interleaved", fake):
+        res = walltime.matmul_rates(4, dataclasses.replace(cfg, rounds=6), T=10)
+    assert fake.calls[0][1] == 6
+    assert res["gemm_gmacs"] == pytest.approx(10 * 10 * 4 / 3.5e-3 / 1e9)
+    assert res["gemv_gmacs"] == pytest.approx(10 * 4 * 4 / 3.5e-3 / 1e9)
+    assert res["gemm_gmacs_lo"] < res["gemm_gmacs"] < res["gemm_gmacs_hi"]
+    # the timed calls are the two products: a (T x d)(d x T) GEMM and T normalised GEMV steps
+    gemm, gemv = fake.calls[0][0]["gemm"], fake.calls[0][0]["gemv"]
+    gemm()
+    gemv()
+
+
+def test_measure_wall_times_from_the_rounds():
+    from harness import models
+    cfg = dataclasses.replace(config.WALL, T_values=(4, 8), d=3, rounds=3, threads=1)
+    names = list(models.variants())
+    fake = _FakeRounds(lambda k, n, r: (names.index(k) + 1) * 1e-3 * n * (1 + 0.5 * r))
+    with mock.patch.object(walltime.timing, "time_interleaved", fake):
+        t = walltime.measure_wall_times(cfg)
+    assert [c[1:] for c in fake.calls] == [(3, cfg.min_sample_s, 4), (3, cfg.min_sample_s, 8)]
+    assert list(zip(t.model, t["T"])) == [(m, T) for m in names for T in (4, 8)]
+    for r in t.itertuples():
+        n = 1 if r.T == 4 else 2
+        med = (names.index(r.model) + 1) * 1e-3 * n * 1.5
+        macs = models.variants()[r.model][1].macs(r.T, 3)
+        assert r.seconds == pytest.approx(med) and r.seconds_per_step == pytest.approx(med / r.T)
+        assert r.macs == macs and r.gmacs_per_s == pytest.approx(macs / med / 1e9)
+        assert (r.d, r.threads, r.rounds) == (3, 1, 3)
+        assert r.seconds_lo <= r.seconds <= r.seconds_hi
+    s = t.attrs["samples"]
+    assert len(s) == len(names) * 2 * 3 and sorted(s["round"].unique()) == [0, 1, 2]
+    one = s[(s.model == names[0]) & (s["T"] == 8)].sort_values("round").seconds.tolist()
+    assert one == pytest.approx([2e-3, 3e-3, 4e-3])
+
+
+def test_strong_scaling_speedup_and_efficiency():
+    cfg = dataclasses.replace(config.WALL, scaling_T=6, d=3, rounds=2)
+    fake = _FakeRounds(lambda k, n, r: 1.0 / n * (2 if "+" in k else 1))      # n: the call
+    with mock.patch.object(walltime.timing, "time_interleaved", fake):
+        f = walltime.strong_scaling(cfg, thread_counts=(1, 4))
+    assert [c[3] for c in fake.calls] == [1, 4]                  # one seed per thread count
+    assert (f["T"] == 6).all() and (f.d == 3).all()
+    for r in f.itertuples():
+        assert r.seconds == pytest.approx((2 if "+" in r.model else 1) / (1 if r.threads == 1 else 2))
+        assert r.speedup == pytest.approx(1.0 if r.threads == 1 else 2.0)
+        assert r.efficiency == pytest.approx(r.speedup / r.threads)
+
+
+def test_timed_calls_run_each_variant_on_its_own_inputs():
+    from harness import models
+    a = walltime._calls(5, 3, seed=1)
+    b = walltime._calls(5, 3, seed=1)
+    c = walltime._calls(5, 3, seed=2)
+    assert list(a) == list(models.variants())
+    def first(f):
+        out = f()
+        return np.asarray(out[0] if isinstance(out, tuple) else out)
+
+    for name in a:
+        x, y, z = first(a[name]), first(b[name]), first(c[name])
+        assert x.shape[0] == 5 and np.array_equal(x, y) and not np.array_equal(x, z), name
+    rnn = walltime.noise_kernel(dataclasses.replace(config.WALL, d=3, seed=1), T=5)
+    np.testing.assert_array_equal(rnn(), a[config.WALL.baseline]())
+    assert walltime.noise_kernel(dataclasses.replace(config.WALL, d=2))().shape == (256, 2)
+    assert walltime.timed_bytes(5, 3) == max(v.bytes(5, 3) for _, v in models.variants().values())
