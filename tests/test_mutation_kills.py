@@ -1545,3 +1545,30 @@ def test_gradient_norms_probe_is_a_direction_and_defaults_to_the_fixed_one():
     # T = 2 has one distance; float32 inputs are measured in float64
     two = rnn_gradient_norms(X[:2].astype(np.float32), Wx.astype(np.float32), Wh.astype(np.float32))
     assert two["distance"].tolist() == [1] and two["ln_spectral"].dtype == np.float64
+
+
+def test_path_levels_summarise_each_length_and_input_scale():
+    from harness import gradpath
+    from harness.models.attention import attention_paths
+    from harness.models.rnn import rnn_decay
+    cfg = dataclasses.replace(config.DECAY, seed=3, rhos=(0.7, 0.9), weights=("gaussian",),
+                              activations=("tanh",), measure="probe")
+    lv = gradpath.path_levels(ATTENTION, (4, 6), (1.0, 3.0), 2, cfg)
+    assert list(zip(lv["T"], lv.input_scale)) == [(4, 1.0), (4, 3.0), (6, 1.0), (6, 3.0)]
+    assert (lv.model == ATTENTION).all() and (lv.d == 2).all()
+    for r in lv.itertuples():
+        p = attention_paths(T=r.T, d=2, input_scale=r.input_scale, seed=3)
+        assert r.log10_level == pytest.approx(p.log10_norm.mean(), abs=1e-12)
+        assert r.log10_min == pytest.approx(p.log10_norm.min(), abs=1e-12)
+        assert r.log10_max == pytest.approx(p.log10_norm.max(), abs=1e-12)
+        assert r.log10_value == pytest.approx(p.log10_value.mean(), abs=1e-12)
+        assert r.log10_score == pytest.approx(p.log10_score.mean(), abs=1e-12)
+    lv = gradpath.path_levels(RECURRENCE, (5,), (2.0,), 3, cfg)
+    p = rnn_decay(T=5, d=3, rho=0.7, weight="gaussian", activation="tanh", input_scale=2.0,
+                  seed=3, measure="probe")
+    r = lv.iloc[0]
+    assert r.log10_level == pytest.approx(p.log10_norm.mean(), abs=1e-12)
+    assert (r.log10_min, r.log10_max) == pytest.approx((p.log10_norm.min(), p.log10_norm.max()))
+    assert math.isnan(r.log10_value) and math.isnan(r.log10_score)
+    with pytest.raises(ValueError, match="model"):
+        gradpath.path_levels("gru", (4,), (1.0,), 2, cfg)
