@@ -2,10 +2,14 @@
 
 As in scipy's ``linalg_solve_toeplitz.py``, the two implementations are one
 parameter (``model``) of the same benchmark, so asv draws them on one graph:
-time and memory against T, one line per model.
+time and memory against T, one line per model. Attention's two variants (the
+materialised T x T weights, and the tiled kernel that keeps one log-sum-exp per
+row) are likewise one parameter of its long-T memory and throughput benchmarks.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from . import common
 from .common import BATCHES, D_VALUES, DTYPES, MODELS, T_VALUES
@@ -49,3 +53,94 @@ class Memory(common.Benchmark):
 
     def peakmem_forward_backward(self, model, T):
         common.run_backward(model, self.X, self.Ws, common.run_forward(model, self.X, self.Ws))
+
+
+# attention past the lengths its T x T weights allow: the tiled variant keeps L (T,) instead
+ATTENTION_VARIANTS = ["materialised", "tiled"]
+LONG_T = [1024, 4096, 16384, 32768]
+
+
+def _attention_variant(variant):
+    """(forward, backward_from) of the attention family's materialised or tiled variant."""
+    fam = common.analyser("models.attention")
+    tiled = getattr(fam, "tiled_forward", None)
+    if tiled is None:
+        raise NotImplementedError("no tiled attention in this commit")
+    return (fam.FAMILY.forward if variant == "materialised" else tiled), fam.backward_from
+
+
+class LongAttention(common.Benchmark):
+    """peakmem_ of attention's forward, and of forward + backward, over T up to 32,768
+    (d = 64, float32, one sequence, with projections).
+
+    The materialised variant keeps A (T x T) for the backward and grows like T^2 (it is
+    skipped past MAX_GRID_ELEMENTS); the tiled one keeps L (T,) and grows like T.
+    """
+    params = [ATTENTION_VARIANTS, LONG_T]
+    param_names = ["variant", "T"]
+    d, dtype = 64, "float32"
+    timeout = 600                  # the tiled forward + backward at T = 32,768: about 15 s
+
+    def setup(self, variant, T):
+        if variant == "materialised":
+            common.skip_unless_fits("attention", T, 1)
+        common.apply_threads()
+        self.forward, self.backward = _attention_variant(variant)
+        common.warm_up("attention", self.dtype)
+        X, Ws = common.inputs("attention", 8, 2, 1, self.dtype)
+        self.backward(X, Ws, self.forward(X, *Ws), X)                     # compile the variant
+        self.X, self.Ws = common.inputs("attention", T, self.d, 1, self.dtype)
+
+    def peakmem_forward(self, variant, T):
+        self.forward(self.X, *self.Ws)
+
+    def peakmem_forward_backward(self, variant, T):
+        out = self.forward(self.X, *self.Ws)
+        self.backward(self.X, self.Ws, out, out[0])
+
+
+class TiledThroughput(common.Benchmark):
+    """The tiled attention's rate as a fraction of this machine's GEMM peak (Q = K = V = X).
+
+    FLOPs counted as the FlashAttention benchmarks count them: 4 T^2 d for the forward (the
+    two products; the softmax's exps are not counted) and 2.5 times that for the backward,
+    which recomputes the scores. The peak is measured once per run (``setup_cache``).
+    """
+    params = [[1024, 4096, 8192], [64, 256], common.DTYPES]
+    param_names = ["T", "d", "dtype"]
+    timeout = 300
+
+    def setup_cache(self):
+        from .bench_machine import gemm_peak_gflops
+        common.apply_threads()
+        return {dtype: gemm_peak_gflops(dtype) for dtype in common.DTYPES}
+
+    def setup(self, peaks, T, d, dtype):
+        common.apply_threads()
+        forward, backward = _attention_variant("tiled")
+        X = np.random.default_rng(common.SEED).standard_normal((T, d)).astype(dtype)
+        W = (None, None, None)
+        out = forward(X, *W)
+
+        def forward_backward():
+            o = forward(X, *W)
+            backward(X, W, o, X)
+
+        timing = common.analyser("timing")
+        flops = 4 * T * T * d
+        self.peak = peaks[dtype]
+        self.forward_gflops = flops / timing.median_seconds(lambda: forward(X, *W), 3, 0.2) / 1e9
+        del out
+        self.fb_gflops = 3.5 * flops / timing.median_seconds(forward_backward, 3, 0.2) / 1e9
+
+    def track_forward_fraction_of_peak(self, peaks, T, d, dtype):
+        return self.forward_gflops / self.peak
+    track_forward_fraction_of_peak.unit = "fraction of GEMM peak"
+
+    def track_forward_backward_fraction_of_peak(self, peaks, T, d, dtype):
+        return self.fb_gflops / self.peak
+    track_forward_backward_fraction_of_peak.unit = "fraction of GEMM peak"
+
+    def track_forward_gflops(self, peaks, T, d, dtype):
+        return self.forward_gflops
+    track_forward_gflops.unit = "GFLOP/s"

@@ -200,34 +200,28 @@ def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, t
                 dK_j += tk_k
 
 
-@njit(cache=True, fastmath={"reassoc", "nsz"})
-def _row_min(row, n):
-    """min(row[:n]), reassociated so that it vectorises."""
-    s = np.inf
-    for j in range(n):
-        s = min(s, np.float64(row[j]))
-    return s
-
-
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _weights_defect(A, causal, tol, out):
     # A (B, T, T) -> out = (b, i, kind) of the first row that is not a softmax row, kind
     # 0 (none), 1 (sum off 1 by more than tol), 2 (a weight above the diagonal, causal),
-    # 3 (a negative weight). One pass over A; returned through out, not as a tuple.
+    # 3 (a negative weight). One pass over A, two loops per row that vectorise (every
+    # fastmath flag holds: A was checked finite before); returned through out, not a tuple.
     B, T, _ = A.shape
-    out[0] = out[1] = out[2] = 0
+    out[:] = 0
     for b in range(B):
         for i in range(T):
             row = A[b, i]
             w = i + 1 if causal else T
-            if _row_min(row, T) < 0.0:
-                out[0], out[1], out[2] = b, i, 3
-                return
-            if causal and w < T and row_max(row[w:], T - w) != 0.0:
-                out[0], out[1], out[2] = b, i, 2
-                return
-            if abs(row_sum(row, w) - 1.0) > tol:
-                out[0], out[1], out[2] = b, i, 1
+            total, negative, above = 0.0, 0.0, 0.0     # sums, not a min or max: they vectorise
+            for j in range(w):
+                x = np.float64(row[j])
+                total += x
+                negative += min(x, 0.0)
+            for j in range(w, T):                       # causal: exact zeros past the diagonal
+                above += abs(np.float64(row[j]))
+            kind = 3 if negative < 0.0 else 2 if above != 0.0 else 1 if abs(total - 1.0) > tol else 0
+            if kind:
+                out[0], out[1], out[2] = b, i, kind
                 return
 
 
@@ -423,7 +417,7 @@ def _check_against_forward(Qs, K, V, factor_s, causal, A=None, L=None, Y=None):
                                  f"inputs, with the same scale and causal.")
             if Y is not None:
                 tol = (np.expm1(4 * err) + slack) * max(v_max, np.finfo(np.float64).tiny)
-                off = np.abs(P @ V[b].astype(np.float64) - Y[b, rows]).max(axis=1)
+                off = np.abs(matmul(P, V[b].astype(np.float64)) - Y[b, rows]).max(axis=1)
                 bad = ~(off <= tol) & np.isfinite(tol)
                 if bad.any():
                     n = int(np.argmax(bad))

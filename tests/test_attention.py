@@ -379,3 +379,81 @@ def test_huge_scores_do_not_overflow(dtype, causal):
     alpha = at.alignment(S, H, Wsa, Wha, big)
     assert np.isfinite(alpha).all()
     close(alpha, naive.alignment(S, H, Wsa, Wha, big), dtype)
+
+
+# ------------------------------------------- what backward checks of the A it is given
+
+def _given(causal=False, t=12):
+    X, Wq, Wk, Wv = make_self(40, np.float64, True, t=t)
+    Y, A = at.forward(X, Wq, Wk, Wv, causal=causal)
+    return X, (Wq, Wk, Wv), A, np.random.default_rng(41).normal(size=Y.shape)
+
+
+@pytest.mark.parametrize("bad", ["double", "negative"])
+def test_weights_that_are_not_softmax_rows_are_refused(bad):
+    X, W, A, dY = _given()
+    A = 2 * A if bad == "double" else A - A[:, ::-1]        # rows summing to 2; to 0 with negatives
+    want = "sums to 2" if bad == "double" else "has a negative weight"
+    with pytest.raises(ValueError, match=rf"^A must hold attention weights.*{want}"):
+        at.backward(X, *W, A, dY)
+
+
+def test_non_causal_weights_are_refused_with_causal():
+    X, W, A, dY = _given(causal=False)
+    with pytest.raises(ValueError, match=r"^A has weights above the diagonal in row 0"):
+        at.backward(X, *W, A, dY, causal=True)
+
+
+@pytest.mark.parametrize("other", ["X", "scale", "weights"])
+def test_weights_from_another_forward_are_refused(other):
+    # Rows that do sum to 1: only the 8 rows recomputed from X and the weights tell.
+    X, W, A, dY = _given()
+    if other == "X":
+        A = at.forward(X + 0.5, *W)[1]
+    elif other == "scale":
+        A = at.forward(X, *W, scale=False)[1]
+    else:
+        A = at.forward(X, W[1], W[0], W[2])[1]              # Wq and Wk swapped
+    with pytest.raises(ValueError, match=r"^A does not match this forward"):
+        at.backward(X, *W, A, dY)
+
+
+# ----------------------------------------------- finite inputs that overflow the scores
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("proj", [True, False])
+@pytest.mark.parametrize("dtype,big", [(np.float64, 1e154), (np.float32, 1e19)])
+def test_huge_finite_inputs_give_finite_weights_or_a_named_error(dtype, big, proj, causal):
+    # Scores past the dtype's range (q . k ~ 1e308 d, 1e38 d): the scores' GEMM is rescaled
+    # by a power of two, and the max-subtracted softmax is one-hot at each row's largest
+    # score, which is what must come out; never a NaN.
+    X, Wq, Wk, Wv = make_self(42, dtype, proj, t=6)
+    W = (Wq, Wk, Wv)
+    Xb = (X * big).astype(dtype)
+    Y, A = at.forward(Xb, *W, causal=causal)
+    assert np.isfinite(Y).all() and np.isfinite(A).all()
+    X64 = X.astype(np.float64)
+    Q, K = (X64, X64) if Wq is None else (X64 @ Wq, X64 @ Wk)
+    E = Q @ K.T
+    if causal:
+        E = np.where(np.tri(6, dtype=bool), E, -np.inf)
+    np.testing.assert_array_equal(A, np.eye(6, dtype=dtype)[E.argmax(axis=1)])
+    try:
+        Yt, L = at.forward(Xb, *W, causal=causal, return_weights=False)
+    except FloatingPointError as e:                          # L itself past float64's range
+        assert str(e).startswith("the row log-sum-exp L overflows float64")
+    else:
+        close(Yt, Y, dtype)
+        A = L                                                # the tiled backward too
+    try:
+        grads = at.backward(Xb, *W, A, np.ones_like(Y), causal=causal, Y=Y)
+    except FloatingPointError as e:
+        assert "overflows" in str(e)
+    else:
+        assert all(np.isfinite(g).all() for g in grads if g is not None)
+
+
+def test_a_projection_that_overflows_is_named():
+    X, Wq, Wk, Wv = make_self(43)
+    with pytest.raises(FloatingPointError, match=r"^the projection Q = X Wq overflows float64"):
+        at.forward(X * 1e306, Wq * 1e10, Wk * 1e10, Wv * 1e10)
