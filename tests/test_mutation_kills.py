@@ -1572,3 +1572,82 @@ def test_path_levels_summarise_each_length_and_input_scale():
     assert math.isnan(r.log10_value) and math.isnan(r.log10_score)
     with pytest.raises(ValueError, match="model"):
         gradpath.path_levels("gru", (4,), (1.0,), 2, cfg)
+
+
+# ============================================================================ report: the folder and its page
+
+def test_render_html_escapes_and_links_every_file():
+    from harness import report
+    sec = report.Section("k<1>", "T & d", {"a&b": None, "c": None}, "x < y & 'z'", ["fig<1>", "g"],
+                         "<table>T1</table>")
+    plain = report.Section("n", "No figure", {"d": None}, "cap", None)
+    page = report.render_html([sec, plain], {"cpu<": "x86 & co", "n": 3}, "harness report --out <o>")
+    assert '<section id="k&lt;1&gt;"><h2>T &amp; d</h2>' in page
+    assert '<img src="fig&lt;1&gt;.png" alt="T &amp; d">' in page and '<img src="g.png"' in page
+    assert '<p class="caption" data-section="k&lt;1&gt;">x &lt; y &amp; &#x27;z&#x27;</p>' in page
+    assert '<a href="a&amp;b.csv">a&amp;b.csv</a> · <a href="c.csv">c.csv</a>' in page
+    assert '<a href="fig&lt;1&gt;.svg">fig&lt;1&gt;.svg</a> · <a href="g.svg">g.svg</a>' in page
+    assert "<table>T1</table>" in page
+    body = page.split('<section id="n">')[1].split("</section>")[0]
+    assert "<img" not in body and "figures:" not in body and '<a href="d.csv">d.csv</a>' in body
+    assert "<tr><th>cpu&lt;</th><td>x86 &amp; co</td></tr>" in page and "<tr><th>n</th><td>3</td></tr>" in page
+    assert "<code>harness report --out &lt;o&gt;</code>" in page
+    assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
+    assert page.count("<section") == page.count("</section>") == 2
+
+
+def test_table1_formats_counts_with_separators():
+    from harness import report
+    dt = pd.DataFrame([dict(model=RECURRENCE, T=1000, d=512, macs=524288000, flops=1048576000,
+                            span=3000, max_path=3000, parallelism=1234.56, ops=1, scalar_work=2)])
+    html = report._table1(dt)
+    assert "524,288,000" in html and "1,048,576,000" in html and "1,234.6" in html
+    assert "scalar_work" not in html and "<th>max_path</th>" in html
+
+
+def test_check_out_refuses_what_it_cannot_use(tmp_path, monkeypatch):
+    from harness import report
+    from harness._io import UsageError
+    assert report.check_out(tmp_path / "new") == (tmp_path / "new").resolve()
+    (tmp_path / "empty").mkdir()
+    assert report.check_out(tmp_path / "empty") == (tmp_path / "empty").resolve()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    (tmp_path / "file").write_text("x")
+    for bad in ("full", "file"):
+        with pytest.raises(UsageError, match="exists and is not an empty directory"):
+            report.check_out(tmp_path / bad)
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    assert report.check_out(tmp_path / "link") == (tmp_path / "empty").resolve()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for bad in (work, tmp_path, "."):
+        with pytest.raises(UsageError, match="current directory"):
+            report.check_out(bad)
+
+
+def test_report_lock_refuses_a_live_writer_and_takes_over_a_dead_ones(tmp_path):
+    import subprocess
+    import sys
+    from harness import report
+    from harness._io import UsageError
+    out = tmp_path / "rep"
+    lock = tmp_path / ".rep.lock"
+    with report._lock(out):
+        assert lock.read_text() == str(os.getpid())
+        with pytest.raises(UsageError, match=rf"pid {os.getpid()}"):
+            with report._lock(out):
+                pass
+    assert not lock.exists()
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)
+    for left in (str(dead), "", "garbage"):
+        lock.write_text(left)                   # left by a run killed with -9
+        with report._lock(out):
+            assert lock.read_text() == str(os.getpid())
+        assert not lock.exists()
+    with pytest.raises(RuntimeError):
+        with report._lock(out):
+            raise RuntimeError("the run failed")
+    assert not lock.exists()
