@@ -150,7 +150,7 @@ class LruConfig:
     r_min: float = 0.9                     # |lam| uniform on the ring [r_min, r_max] (Orvieto et al., 2023)
     r_max: float = 0.999                   # near 1 the far signal survives: 0.999^4095 ~ 0.017
     max_phase: float = 0.6283185307179586  # 2 pi / 10: phases of lam in [0, max_phase]
-    decay_r_maxes: tuple = (0.9, 0.99, 0.999)   # the decay sweep's outer radii (ring [min(r_min, r), r])
+    decay_r_maxes: tuple = (0.9, 0.99, 0.999)   # the decay sweep's rings [r, r]: max|lam|^k = r^k
     log_range: float = 600.0               # the decay's backward renormalises within e^(+-600)
     scaling_T: int = 2 ** 20               # the chunked scan's strong scaling: T, d_h, dtype ...
     scaling_d: int = 64

@@ -355,9 +355,10 @@ def test_ring_init_errors(kw, exc, word):
 
 # ---------------------------------------------------------------------- gradient path
 
+@pytest.mark.parametrize("r_min", [None, 0.5])              # a circle, and a wide ring
 @pytest.mark.parametrize("r_max", config.LRU.decay_r_maxes)
-def test_measured_decay_is_k_log10_max_lam_to_1e9_up_to_T20000(r_max):
-    frame = fam.lru_decay(T=20000, d=16, r_max=r_max, seed=1)
+def test_measured_decay_is_k_log10_max_lam_to_1e9_up_to_T20000(r_max, r_min):
+    frame = fam.lru_decay(T=20000, d=16, r_max=r_max, r_min=r_min, seed=1)
     err = np.abs(frame.log10_norm - frame.log10_linear).max()
     assert err <= 1e-9, err
     assert frame.sigma_max.iloc[0] <= r_max * (1 + 1e-12) and np.isfinite(frame.log10_norm).all()

@@ -79,6 +79,7 @@ class Family:
     compare_target: Callable        # (batch, direction, T, d) -> (speed-up needed, GEMM floor or None, words)
     grid_elements: Callable = lambda T, batch: 0   # elements of the largest (B, T, T) array it allocates
     forms: tuple = ()               # further traced Forms beside reference_forward (a scan beside a loop)
+    scaling: Callable | None = None  # () -> tidy frame: the family's own strong-scaling check, or None
 
 
 def get(name, arg="model"):
