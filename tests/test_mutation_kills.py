@@ -1651,3 +1651,146 @@ def test_report_lock_refuses_a_live_writer_and_takes_over_a_dead_ones(tmp_path):
         with report._lock(out):
             raise RuntimeError("the run failed")
     assert not lock.exists()
+
+
+# ============================================================================ the families' gradient paths
+
+def test_attention_path_in_chunks_is_the_path_in_one_piece():
+    X, Wq, Wk, Wv = _attention_case(T=9, d=3, d_v=3)
+    whole = att_family.attention_paths(X=X, Wq=Wq, Wk=Wk, Wv=Wv)
+    for chunk in (1, 3, 7):
+        with mock.patch.object(att_family, "PATH_CHUNK", chunk):
+            part = att_family.attention_paths(X=X, Wq=Wq, Wk=Wk, Wv=Wv)
+        pd.testing.assert_frame_equal(part, whole)
+    assert att_family.path_memory(9, 3, config.DECAY) == {
+        "attention path Jacobians": att_family._jacobian_bytes(9, 3)}
+
+
+def test_attention_jobs_and_path_follow_the_config():
+    cfg = dataclasses.replace(config.DECAY, input_scales=(1.0, 2.5), seed=7)
+    jobs = att_family.decay_jobs(cfg, 5, 2)
+    assert jobs == [dict(model=ATTENTION, T=5, d=2, input_scale=1.0),
+                    dict(model=ATTENTION, T=5, d=2, input_scale=2.5)]
+    pd.testing.assert_frame_equal(att_family.gradient_path(jobs[1], cfg),
+                                  att_family.attention_paths(T=5, d=2, input_scale=2.5, seed=7))
+    drawn = att_family.attention_paths(T=5, d=2, input_scale=2.5, seed=7)
+    rng = np.random.default_rng([7, 2])                      # the documented draws
+    X = rng.normal(size=(5, 2)) * 2.5
+    W = [rng.normal(size=(2, 2)) / math.sqrt(2) for _ in range(3)]
+    pd.testing.assert_frame_equal(drawn.drop(columns=["input_scale", "seed"]),
+                                  att_family.attention_paths(X=X, Wq=W[0], Wk=W[1], Wv=W[2])
+                                  .drop(columns=["input_scale", "seed"]))
+
+
+def test_family_inputs_are_seeded_and_shaped():
+    for fam, n_w in ((att_family, 3), (rnn_family, 2)):
+        X, W = fam.inputs(5, 4, batch=1, dtype="float32", seed=3)
+        Xb, Wb = fam.inputs(5, 4, batch=2, dtype="float64", seed=3)
+        assert X.shape == (5, 4) and Xb.shape == (2, 5, 4) and len(W) == len(Wb) == n_w
+        assert X.dtype == np.float32 and Xb.dtype == np.float64
+        assert all(w.shape == (4, 4) and w.dtype == np.float32 for w in W)
+        X2, W2 = fam.inputs(5, 4, batch=1, dtype="float32", seed=3)
+        assert np.array_equal(X, X2) and all(np.array_equal(a, b) for a, b in zip(W, W2))
+        assert not np.array_equal(X, fam.inputs(5, 4, seed=4)[0].astype(np.float32))
+        big = fam.inputs(400, 400, seed=0)[1][0]                   # N(0, 1/d)
+        assert big.std() == pytest.approx(1 / 20, rel=0.02) and abs(big.mean()) < 0.01
+
+
+def _tanh_trajectory(X, W_xh, W):
+    h, A = np.zeros(W.shape[0]), []
+    for x in X:
+        a = W @ h + W_xh @ x
+        A.append(a)
+        h = np.tanh(a)
+    return np.array(A)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # reported to the lead
+def test_scaled_derivatives_are_the_trajectorys_tanh_slopes():
+    X, Wx, Wu = _rnn_inputs(T=6, d=3)
+    ln_rho = math.log(1.7)
+    S, m = rnn_family.scaled_derivatives(X, Wx, Wu, "tanh", ln_rho)
+    A = _tanh_trajectory(X, Wx, 1.7 * Wu)
+    # phi'(a_t) on the trajectory of rho W; the caller adds log(rho) where the Jacobian needs it
+    np.testing.assert_allclose(np.exp(m)[:, None] * S, 1 - np.tanh(A) ** 2, rtol=1e-12)
+    assert (S.max(axis=1) == 1.0).all() and (S > 0).all()
+    S, m = rnn_family.scaled_derivatives(X, Wx, Wu, "identity", ln_rho)
+    assert (S == 1.0).all() and S.shape == (6, 3) and (m == 0).all() and m.shape == (6,)
+    with pytest.raises(ValueError, match="too large"):
+        rnn_family.scaled_derivatives(X, Wx, 100 * Wu, "tanh", 709.0)     # rho W overflows
+
+
+def test_log_dphi_is_exact_where_tanh_rounds_to_one():
+    a = np.array([[-3.0, -0.5, 0.0, 0.25, 2.0]])
+    np.testing.assert_allclose(rnn_family.log_dphi(a, "tanh"), np.log(1 - np.tanh(a) ** 2),
+                               rtol=1e-12, atol=1e-14)
+    far = rnn_family.log_dphi(np.array([-40.0, 40.0, 400.0]), "tanh")
+    np.testing.assert_allclose(far, [math.log(4) - 80, math.log(4) - 80, math.log(4) - 800],
+                               rtol=1e-15)
+    assert (rnn_family.log_dphi(a, "identity") == 0).all()
+
+
+def _explicit_log10_norms(T, d, rho, weight, activation, scale, seed):
+    """Spectral norms of dh_T/dh_{T-k}, the Jacobian product written out, on the same draws."""
+    from harness.models.rnn import unit_recurrent_matrix
+    W = rho * unit_recurrent_matrix(d, weight, seed)
+    rng = np.random.default_rng([seed, 1])
+    Wx = rng.normal(size=(d, d)) / math.sqrt(d)
+    X = rng.normal(size=(T, d)) * scale
+    A = _tanh_trajectory(X, Wx, W)
+    dphi = 1 - np.tanh(A) ** 2 if activation == "tanh" else np.ones_like(A)
+    P, out = np.eye(d), []
+    for k in range(1, T):
+        P = P @ (dphi[T - k][:, None] * W)                 # ... J_{T-k+1}, J_t = diag(phi'_t) W
+        out.append(math.log10(np.linalg.norm(P, 2)))
+    return np.array(out), W
+
+
+@pytest.mark.parametrize("measure,exact_max_d,used", [("both", 3, "spectral"), ("both", 2, "probe"),
+                                                      ("exact", 0, "spectral"), ("probe", 9, "probe")])
+def test_rnn_decay_reports_the_norm_it_measured(measure, exact_max_d, used):
+    T, d, rho = 6, 3, 1.3
+    f = rnn_family.rnn_decay(T=T, d=d, rho=rho, weight="gaussian", activation="tanh",
+                             input_scale=2.0, seed=5, measure=measure, exact_max_d=exact_max_d)
+    want, W = _explicit_log10_norms(T, d, rho, "gaussian", "tanh", 2.0, 5)
+    assert (f.norm_measure == used).all()
+    if used == "spectral":
+        np.testing.assert_allclose(f.log10_spectral, want, atol=1e-10)
+        np.testing.assert_allclose(f.log10_norm, f.log10_spectral)
+    else:
+        assert f.log10_spectral.isna().all()
+        np.testing.assert_allclose(f.log10_norm, f.log10_probe)
+    if measure == "exact":
+        assert f.log10_probe.isna().all()
+    else:
+        assert (f.log10_probe <= want + 1e-10).all()           # the probe is a lower bound
+    sigma = np.linalg.norm(W, 2)
+    assert f.sigma_max.iloc[0] == pytest.approx(sigma, rel=1e-12)
+    k = np.arange(1, T)
+    np.testing.assert_allclose(f.log10_bound, k * math.log10(sigma), rtol=1e-12)
+    np.testing.assert_allclose(f.log10_linear, k * math.log10(rho), rtol=1e-12)
+    assert (f.input_scale == 2.0).all() and (f.seed == 5).all() and (f.rho == rho).all()
+    assert f.log10_value.isna().all() and f.log10_score.isna().all()
+
+
+def test_rnn_jobs_path_and_memory_follow_the_config():
+    cfg = dataclasses.replace(config.DECAY, rhos=(0.5, 2.0), weights=("gaussian", "orthogonal"),
+                              activations=("tanh",), input_scales=(1.0, 3.0), seed=4,
+                              measure="both", exact_max_d=2)
+    jobs = rnn_family.decay_jobs(cfg, 5, 3)
+    assert [(j["weight"], j["input_scale"], j["rho"]) for j in jobs] == [
+        ("gaussian", 1.0, 0.5), ("gaussian", 1.0, 2.0), ("gaussian", 3.0, 0.5), ("gaussian", 3.0, 2.0),
+        ("orthogonal", 1.0, 0.5), ("orthogonal", 1.0, 2.0), ("orthogonal", 3.0, 0.5),
+        ("orthogonal", 3.0, 2.0)]
+    assert all(j["model"] == RECURRENCE and j["T"] == 5 and j["d"] == 3
+               and j["activation"] == "tanh" for j in jobs)
+    got = rnn_family.gradient_path(jobs[3], cfg)
+    want = rnn_family.rnn_decay(T=5, d=3, rho=2.0, weight="gaussian", activation="tanh",
+                                input_scale=3.0, seed=4, measure="both", exact_max_d=2)
+    pd.testing.assert_frame_equal(got, want)
+    assert (got.norm_measure == "probe").all()
+    assert "exact Jacobian products" not in rnn_family.path_memory(5, 3, cfg)   # d > exact_max_d
+    for measure, max_d, exact in (("both", 3, True), ("exact", 0, True), ("probe", 9, False)):
+        stages = rnn_family.path_memory(5, 3, dataclasses.replace(cfg, measure=measure,
+                                                                  exact_max_d=max_d))
+        assert ("exact Jacobian products" in stages) is exact
