@@ -1794,3 +1794,87 @@ def test_rnn_jobs_path_and_memory_follow_the_config():
         stages = rnn_family.path_memory(5, 3, dataclasses.replace(cfg, measure=measure,
                                                                   exact_max_d=max_d))
         assert ("exact Jacobian products" in stages) is exact
+
+
+def _one_section(config, progress):
+    from harness import report
+    progress("clipping")
+    c = pd.DataFrame({"rho": [0.5, 1.5], "threshold": 4.0, "log10_total_before": [-1.0, 3.0],
+                      "log10_total_after": [-1.0, 0.6], "log10_far_over_near_before": [-2.0, 2.0],
+                      "log10_far_over_near_after": [-2.0, 2.0]})
+    yield ("clipping", "Clipping & co", {"clipping": c}, [("clipping", report.figure_clipping)])
+
+
+def _claims(frames):
+    return pd.DataFrame({"claim": ["c1", "c2"], "lesson": ["l", "l"], "measured": ["m", "m"],
+                         "value": [1.0, 2.0], "low": np.nan, "high": np.nan,
+                         "verdict": ["holds", "does not hold"]})
+
+
+def test_build_report_writes_a_complete_folder_in_one_move(tmp_path):
+    from harness import report
+    out = tmp_path / "reports" / "r1"
+    seen = []
+    with mock.patch.object(report, "_sections", _one_section), \
+            mock.patch.object(report.claims, "claims_table", _claims):
+        got = _with_umask(0o022, report.build_report, out, None, seen.append, "harness report <x>")
+    assert got == out.resolve() and seen == ["clipping"]
+    names = _listing(out)
+    assert {"clipping.csv", "clipping.png", "clipping.svg", "claims.csv", "machine.json",
+            "index.html"} <= set(names)
+    assert not [n for n in names if n.endswith((".tmp", ".partial", ".lock"))]
+    assert _listing(out.parent) == ["r1"]                       # no stage, no lock left beside it
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert all(stat.S_IMODE((out / n).stat().st_mode) == 0o644 for n in names)
+    page = (out / "index.html").read_text()
+    assert "Clipping &amp; co" in page and "harness report &lt;x&gt;" in page
+    assert page.index('id="claims"') < page.index('id="clipping"')          # the claims first
+    assert pd.read_csv(out / "clipping.csv").rho.tolist() == [0.5, 1.5]
+    assert "seconds" in __import__("json").loads((out / "machine.json").read_text())
+    assert (out / "clipping.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_build_report_failing_leaves_nothing(tmp_path):
+    from harness import report
+
+    def broken(config, progress):
+        yield from _one_section(config, progress)
+        raise RuntimeError("the analyser failed")
+    out = tmp_path / "r2"
+    with mock.patch.object(report, "_sections", broken), \
+            mock.patch.object(report.claims, "claims_table", _claims):
+        with pytest.raises(RuntimeError, match="analyser failed"):
+            report.build_report(out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_traced_views_stack_concatenate_reshape_and_where():
+    from harness import trace
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (3, 2), ("T", "d_model"), source_row=0)
+    H = np.tanh(X)
+    rows = [H[t] for t in range(3)]
+    S = np.stack(rows, axis=0)
+    assert S.shape == (3, 2) and S.axes == ("T", "d_model") and S.deps == [(0, 0), (0, 1), (0, 2)]
+    S2 = np.stack(rows, axis=-1)
+    assert S2.shape == (2, 3) and S2.axes == ("d_model", "T")
+    np.testing.assert_array_equal(S2.dist, S.dist.T)
+    C = np.concatenate([H, X], axis=0)
+    assert C.shape == (6, 2) and C.deps == [(0, -1)] and C.axes == ("T", "d_model")
+    assert C.dist[:3].tolist() == H.dist.tolist() and C.dist[3:].tolist() == X.dist.tolist()
+    R = H.reshape(6)
+    assert R.shape == (6,) and R.axes == ("T",) and R.deps == [(0, -1)]
+    R3 = H.reshape((3, 1, 2))
+    assert R3.axes == ("T", "T", "d_model") and R3.shape == (3, 1, 2)
+    assert len(g.ops) == 1                                   # views add no op
+    W = np.where(np.ones((3, 2), bool), H, X)
+    assert g.ops[-1].kind == "where" and W.axes == ("T", "d_model") and W.dist[0].tolist() == [1, 1]
+    assert np.where(np.ones((3, 2), bool), 0.0, H).axes == ("T", "d_model")
+    for bad in (lambda: np.add.reduce(X), lambda: np.add(X, X, out=np.empty((3, 2))),
+                lambda: np.sort(X), lambda: np.sin(X)):
+        with pytest.raises(TypeError, match="trace"):
+            bad()
+    with pytest.raises(ValueError, match="do not align"):
+        X @ X
+    assert repr(X) == "Traced(shape=(3, 2), axes=('T', 'd_model'))"
+    assert X.ndim == 2 and X.size == 6 and X.T.leaf == "X" and X.T.shape == (2, 3)
