@@ -323,3 +323,21 @@ def test_history_figure_has_a_panel_per_T_and_a_line_per_series():
         for s in ("rnn forward", "rnn backward"):
             g = h[(h.series == s) & (h["T"] == T)]
             assert _curves(ax, legend[s]) == [_xy(range(3), g.seconds)], (T, s)
+
+
+def test_attention_path_figure_draws_a_level_and_a_band_per_input_scale():
+    lv = pd.DataFrame([dict(T=T, input_scale=s, log10_level=-s * math.log10(T),
+                            log10_min=-s * math.log10(T) - 1, log10_max=-s * math.log10(T) + 0.5)
+                       for s in (1.0, 4.0) for T in (10, 100, 1000)])
+    fig = report.figure_attention_path({"attention_level": lv})
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    levels = sorted(_xy(x, y) for _, x, y in _lines(ax))
+    want = sorted(_xy(g["T"], g.log10_level) for _, g in lv.groupby("input_scale"))
+    assert levels == want
+    bands = [c for c in ax.collections if len(c.get_paths())]
+    assert len(bands) == 2
+    for band, (_, g) in zip(bands, lv.groupby("input_scale")):
+        v = band.get_paths()[0].vertices
+        assert v[:, 1].min() == pytest.approx(g.log10_min.min())
+        assert v[:, 1].max() == pytest.approx(g.log10_max.max())

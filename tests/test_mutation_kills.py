@@ -1878,3 +1878,26 @@ def test_traced_views_stack_concatenate_reshape_and_where():
         X @ X
     assert repr(X) == "Traced(shape=(3, 2), axes=('T', 'd_model'))"
     assert X.ndim == 2 and X.size == 6 and X.T.leaf == "X" and X.T.shape == (2, 3)
+
+
+def _levels_frame():
+    rows = []
+    for s, base in ((1.0, -1.0), (8.0, -3.0)):
+        for T in (1000, 10, 100):                        # stored out of order
+            lvl = base - math.log10(T) * (1.0 if s == 1.0 else 2.0)
+            rows.append(dict(model=ATTENTION, T=T, d=4, input_scale=s, log10_level=lvl,
+                             log10_min=lvl - (7.7 if s == 8.0 and T == 1000 else 0.3),
+                             log10_max=lvl + 0.2, log10_value=lvl + 0.11, log10_score=lvl - 1.33))
+    return pd.DataFrame(rows)
+
+
+def test_attention_path_caption_states_the_fall_with_T_and_the_saturated_spread():
+    from harness import report
+    cap = report.caption_attention_path({"attention_level": _levels_frame()})
+    # at the smallest input scale: level -2 at T = 10, -4 at T = 1000, slope -1 in log-log
+    for value, places in ((1, 0), (-2.0, 1), (10, 0), (-4.0, 1), (1000, 0), (-1.0, 2),
+                          (8, 0), (-9.0 - 7.7, 1), (-9.0 + 0.2, 1), (-4.0 + 0.11, 1),
+                          (-4.0 - 1.33, 1)):
+        _states(cap, value, places)
+    for wrong in (-5.0, -7.0, -3.0):                      # the saturated scale's level, T = 10
+        _lacks(cap, wrong, 1)
