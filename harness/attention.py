@@ -14,6 +14,11 @@ Every matrix product goes to BLAS into a preallocated buffer; the T x T work tha
 is not a product (the row softmax, the tanh grid) is a compiled loop that
 vectorises (see ``_vmath``). The forward keeps what the backward needs: A for
 self-attention; the alignment backward recomputes its small grid.
+
+Self-attention also has a tiled variant (``forward(..., return_weights=False)``) that
+never stores A: query tiles meet key tiles with an online softmax (a running row
+maximum and sum), and the forward keeps L, each row's log-sum-exp, from which the
+backward recomputes each tile's weights (FlashAttention's scheme, on the CPU).
 """
 
 from __future__ import annotations
@@ -268,10 +273,11 @@ def _grid_bytes(B, T, itemsize, n):
 
 
 def tiled_bytes(B, T, d_model, d_k, d_v, itemsize, backward=False):
-    """Bytes the tiled path allocates beyond its inputs and outputs: Q, K, V (and dQ, dK, dV
-    in the backward) of B T rows, and the tiles. Nothing grows like T^2."""
+    """Bytes the tiled path allocates beyond its inputs and outputs: Q, K, V (and dQ, dK, dV,
+    and Y if it is recomputed, in the backward) of B T rows, and the tiles. Nothing grows
+    like T^2."""
     tq, tk = min(TILE_Q, T), min(TILE_K, T)
-    rows = B * T * (2 * d_k + d_v) * (2 if backward else 1)
+    rows = B * T * ((2 * d_k + d_v) * 2 + d_v if backward else 2 * d_k + d_v)
     tiles = (2 * tq * tk + tq * d_k + tk * max(d_k, d_v) if backward else tq * tk + 2 * tq * d_v)
     parts = _PART_ROWS * d_model if backward else 0                  # dX's partial products
     return (rows + tiles + parts) * itemsize + 8 * (B * T + 3 * tq + tk)
@@ -446,6 +452,18 @@ def _check_weights(A, causal):
                      f"Pass the A that forward returned.")
 
 
+def _check_lse(L, L2, dtype):
+    """ValueError naming A (as L) unless L equals the recomputed L2 within X's rounding."""
+    tol = 16 * np.finfo(dtype).eps * (1.0 + np.abs(L2))
+    off = np.abs(L - L2)
+    if not np.all(off <= tol):
+        b, i = np.unravel_index(int(np.argmax(off - tol)), off.shape)
+        at = f"row {i}" + (f" of sequence {b}" if L.shape[0] > 1 else "")
+        raise ValueError(f"A (here L, the row log-sum-exp) does not match this forward: {at} is "
+                         f"{float(L[b, i]):.9g}, recomputed {float(L2[b, i]):.9g}. Pass the L that "
+                         f"forward(..., return_weights=False) returned for these inputs, scale and causal.")
+
+
 def forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False, return_weights=True):
     """Single-head self-attention. Returns (Y, A), or (Y, L) with ``return_weights=False``.
 
@@ -580,18 +598,6 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False, Y=None):
     if X.ndim == 2:
         grads = grads._replace(dX=grads.dX[0])
     return grads
-
-
-def _check_lse(L, L2, dtype):
-    """ValueError naming A (as L) unless L equals the recomputed L2 within X's rounding."""
-    tol = 16 * np.finfo(dtype).eps * (1.0 + np.abs(L2))
-    off = np.abs(L - L2)
-    if not np.all(off <= tol):
-        b, i = np.unravel_index(int(np.argmax(off - tol)), off.shape)
-        at = f"row {i}" + (f" of sequence {b}" if L.shape[0] > 1 else "")
-        raise ValueError(f"A (here L, the row log-sum-exp) does not match this forward: {at} is "
-                         f"{float(L[b, i]):.9g}, recomputed {float(L2[b, i]):.9g}. Pass the L that "
-                         f"forward(..., return_weights=False) returned for these inputs, scale and causal.")
 
 
 # ----------------------------------------------------------- additive attention

@@ -245,3 +245,31 @@ def test_tiled_forward_backward_memory_grows_like_T():
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["extra"] <= 64 * 2**20, f"{got['extra'] / 2**20:.1f} MiB beyond inputs and outputs"
     assert got["extra"] < got["grid"] / 8
+
+
+# ------------------------------------------------------- the gradient path at long T
+
+def test_attention_path_in_chunks_equals_it_whole(monkeypatch):
+    from harness.models import attention as fam
+    whole = fam.attention_paths(T=40, d=5, seed=3, input_scale=2.0)
+    monkeypatch.setattr(fam, "PATH_CHUNK", 7)                # 39 distances in 6 chunks
+    chunked = fam.attention_paths(T=40, d=5, seed=3, input_scale=2.0)
+    assert chunked.equals(whole)
+
+
+def test_attention_path_memory_is_linear_in_T_and_covers_the_peak():
+    import tracemalloc
+    from harness.models import attention as fam
+    T, d = 6000, 8                                           # 3 chunks
+    tracemalloc.start()
+    try:
+        frame = fam.attention_paths(T=T, d=d, seed=0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.isfinite(frame.log10_norm).all() and len(frame) == T - 1
+    (est,) = fam.path_memory(T, d, None).values()
+    assert peak <= est, f"peak {peak:,} B over the estimate {est:,} B"
+    # the length: tens of MiB, where all T - 1 Jacobians at once would be 3 x 164 MB
+    (at_20k,) = fam.path_memory(20_000, 32, None).values()
+    assert at_20k < 100 * 2**20 < 3 * 19_999 * 32 * 32 * 8
