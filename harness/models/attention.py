@@ -119,10 +119,10 @@ def path_jacobians(X, Wq, Wk, Wv):
     the last row of alpha is computed: O(T d) for the weights, never the T x T grid;
     the Jacobians themselves are O(T d^2) (``attention_paths`` holds a chunk at a time).
     """
-    row = _last_row(X, Wq, Wk, Wv)
-    check_memory(2 * (row[0].shape[0]) * row[1].shape[1] * row[4].shape[0] * 8,
-                 f"the attention path Jacobians (T={row[0].shape[0] + 1}, d_model={row[4].shape[0]})")
-    return _route_jacobians(*row, 0, row[0].shape[0])
+    a, V, y, g, Wv = _last_row(X, Wq, Wk, Wv)
+    n, d_v, d_model = a.shape[0], V.shape[1], Wv.shape[0]
+    check_memory(2 * n * d_v * d_model * 8, f"the attention path Jacobians (T={n + 1}, d_model={d_model})")
+    return _route_jacobians(a, V, y, g, Wv, 0, n)
 
 
 def _last_row(X, Wq, Wk, Wv):
