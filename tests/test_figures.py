@@ -341,3 +341,63 @@ def test_attention_path_figure_draws_a_level_and_a_band_per_input_scale():
         v = band.get_paths()[0].vertices
         assert v[:, 1].min() == pytest.approx(g.log10_min.min())
         assert v[:, 1].max() == pytest.approx(g.log10_max.max())
+
+
+def _horizontal(ax):
+    return sorted(y[0] for _, x, y in _lines(ax) if len(y) == 2 and y[0] == y[1])
+
+
+def test_decay_figure_marks_the_window_edge_only_when_a_value_is_beyond_it():
+    d = _decay_frame()
+    fig = report.figure_decay({"decay": d})
+    for act in ("identity", "tanh"):
+        ax = _axis(fig, act)
+        assert _horizontal(ax) == [-60.0, 60.0]
+        (text,) = [t.get_text() for t in ax.texts]
+        nums = [float(v) for v in re.findall(r"\d+", text)]
+        assert 60 in nums and 1 in nums                 # one value beyond 60 decades
+    inside = d[d.log10_norm.abs() < 60]
+    fig = report.figure_decay({"decay": inside})
+    for ax in fig.axes:
+        assert _horizontal(ax) == [] and len(ax.texts) == 0
+
+
+def test_row_max_figure_draws_the_band_of_single_draws_and_the_lessons_draw():
+    rm = pd.DataFrame([dict(d_k=dk, scaled=sc, row_max=(0.3 if sc else 0.5) + 0.01 * i,
+                            band_lo=(0.1 if sc else 0.2) + 0.01 * i, band_hi=0.9 - 0.01 * i, draws=50)
+                       for i, dk in enumerate((8, 64, 512)) for sc in (False, True)])
+    lesson = pd.DataFrame({"d_k": [8, 512], "scaled": [False, False], "lesson_row_max": [0.558, 0.983]})
+    fig = report.figure_row_max({"row_max": rm, "row_max_lesson": lesson})
+    ax = fig.axes[0]
+    spans = [(p.vertices[:, 1].min(), p.vertices[:, 1].max()) for c in ax.collections
+             for p in c.get_paths()[:1] if len(p.vertices)]
+    for _, g in rm.groupby("scaled"):                   # a band from band_lo to band_hi each
+        assert any(np.allclose(sp, (g.band_lo.min(), g.band_hi.max())) for sp in spans), spans
+    dots = [c for c in ax.collections if type(c).__name__ == "PathCollection"
+            and len(c.get_offsets()) == 2]
+    assert len(dots) == 1
+    np.testing.assert_allclose(dots[0].get_offsets(), [[8, 0.558], [512, 0.983]])
+    assert any("lesson" in t.get_text() for t in ax.get_legend().texts)
+    plain = report.figure_row_max({"row_max": rm})
+    assert not [c for c in plain.axes[0].collections if type(c).__name__ == "PathCollection"
+                and len(c.get_offsets()) == 2]
+
+
+def test_wall_figure_draws_each_interval_in_its_lines_colour():
+    rows = [dict(model=m, T=T, d=8, threads=1, seconds=c * T, seconds_lo=0.9 * c * T,
+                 seconds_hi=1.2 * c * T) for m, c in ((RECURRENCE, 1e-6), (ATTENTION, 3e-6))
+            for T in (32, 64)]
+    w = pd.DataFrame(rows)
+    fig = report.figure_wall({"wall_times": w})
+    legend = _legend(fig)
+    ax = fig.axes[0]
+    segs = {}
+    for c in ax.collections:
+        if type(c).__name__ == "LineCollection":
+            color = tuple(mcolors.to_rgba(c.get_colors()[0]))
+            segs[color] = sorted(tuple(map(tuple, s)) for s in c.get_segments())
+    for m in (RECURRENCE, ATTENTION):
+        g = w[w.model == m]
+        want = sorted(((T, lo), (T, hi)) for T, lo, hi in zip(g["T"], g.seconds_lo, g.seconds_hi))
+        got = [v for k, v in segs.items() if np.allclose(k, legend[m])]
+        assert len(got) == 1 and np.allclose(got[0], want), m
