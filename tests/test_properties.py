@@ -19,7 +19,9 @@ from unittest import mock
 import numpy as np
 import pytest
 
-hypothesis = pytest.importorskip("hypothesis")
+from _deps import require_module
+
+require_module("hypothesis", "pip install -e '.[test]'")      # a test extra: CI fails without it
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
