@@ -88,7 +88,7 @@ def test_forward_matches_naive(method, kind, prec, batched, h0):
 @pytest.mark.parametrize("prec", [np.float32, np.float64])
 def test_every_method_equals_the_sequential_one_on_long_sequences(kind, prec):
     """T = 5000 on the ring |lam| in [0.9, 0.999] (about 1000 steps of memory), 32 channels.
-    Measured: float64 at most 3e-15, complex128 6e-15, float32 4e-7, complex64 1e-6."""
+    Measured (3 seeds): float64 2.3e-15, complex128 3.9e-15, float32 5.3e-7, complex64 5.6e-7."""
     rng = np.random.default_rng(5)
     lam, B = lru.ring_init(32, 0.9, 0.999, math.pi / 10, 0, d_in=8,
                            dtype=lru.COMPLEX[np.dtype(prec)].name)
