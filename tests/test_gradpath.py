@@ -431,19 +431,19 @@ def test_public_functions_check_input_scale_and_seed():
 
 def test_stage_memory_is_checked_before_any_work(monkeypatch):
     stages = gradpath.stage_memory_bytes(100_000, 4)
-    # the attention path reads one row of alpha: no T x T stage, only its (T-1) Jacobians
+    # the attention path reads one row of alpha, in chunks of distances: no T x T stage
     assert not any("grid" in s for s in stages)
-    assert stages["attention path Jacobians"] == 3 * 99_999 * 4 * 4 * 8
+    assert stages["attention path Jacobians"] == matt._jacobian_bytes(100_000, 4)
     assert stages["exact Jacobian products"] == 2 * 99_999 * 4 * 4 * 8
     probe = gradpath.DecayConfig(measure="probe")
     assert "exact Jacobian products" not in gradpath.stage_memory_bytes(10, 4, probe)
     rnn_only = gradpath.DecayConfig(models=("rnn",))
     assert "attention path Jacobians" not in gradpath.stage_memory_bytes(10, 4, rnn_only)
-    cfg = gradpath.DecayConfig(Ts=(100_000,), ds=(64,), measure="probe")
-    with pytest.raises(MemoryError, match="attention path Jacobians"):
+    cfg = gradpath.DecayConfig(Ts=(100_000,), ds=(64,), measure="exact")
+    with pytest.raises(MemoryError, match="exact Jacobian products"):
         gradpath.check_config_memory(cfg, available=2**30)
-    gradpath.check_config_memory(gradpath.DecayConfig(Ts=(100_000,), ds=(64,), measure="probe",
-                                                      models=("rnn",)), available=2**30)
+    gradpath.check_config_memory(gradpath.DecayConfig(Ts=(100_000,), ds=(64,), measure="probe"),
+                                 available=2**30)
     # decay_sweep refuses before it runs a single configuration
     calls = []
     monkeypatch.setattr(gradpath, "available_memory_bytes", lambda: 2**30)
@@ -489,16 +489,16 @@ def test_cli_bad_arguments_are_one_line_and_exit_2(argv, needle, tmp_path, capsy
 
 
 def test_cli_too_large_for_memory_fails_before_any_work(tmp_path, capsys, decay_only, monkeypatch):
-    # T = 100000 at d = 64: the RNN's probe is small, attention's (T-1) path Jacobians (9.8 GB) are not
+    # T = 100000 at d = 64: the probe is small, the exact Jacobian products (6.5 GB) are not
     monkeypatch.setattr(gradpath, "available_memory_bytes", lambda: 4 * 2**30)
     ran = []
     monkeypatch.setattr(mrnn, "rnn_decay", lambda *a, **k: ran.append(a))
     out = tmp_path / "new" / "o"
-    rc = cli.main(["decay", "--T", "100000", "--d", "64", "--measure", "probe", "--out", str(out),
+    rc = cli.main(["decay", "--T", "100000", "--d", "64", "--measure", "exact", "--out", str(out),
                    "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and err.startswith("harness decay: error: --T/--d")
-    assert "attention path Jacobians" in err
+    assert "exact Jacobian products" in err
     assert ran == [] and not (tmp_path / "new").exists()
 
 
