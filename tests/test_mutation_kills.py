@@ -8,6 +8,7 @@ so that a changed operator, constant or column in the analyser makes it fail.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import math
@@ -1901,3 +1902,94 @@ def test_attention_path_caption_states_the_fall_with_T_and_the_saturated_spread(
         _states(cap, value, places)
     for wrong in (-5.0, -7.0, -3.0):                      # the saturated scale's level, T = 10
         _lacks(cap, wrong, 1)
+
+
+class _Recorder:
+    """Stands in for an analyser: records its arguments, returns a frame that says who made it."""
+
+    def __init__(self, name, returns=None):
+        self.name, self.calls, self.returns = name, [], returns
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        if self.returns is not None:
+            return self.returns(*args, **kwargs)
+        out = pd.DataFrame({"made_by": [self.name]})
+        if self.name == "wall":                          # wall times keep their rounds
+            out.attrs["samples"] = pd.DataFrame({"made_by": [self.name + " samples"]})
+        return out
+
+
+def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path):
+    """Every analyser stubbed: the sections hand each one its own part of the report's config
+    and put what it returns, untouched, in the frames of its section."""
+    from harness import report
+    cfg = dataclasses.replace(
+        report.QUICK, asv_results=str(tmp_path), schedule_d=5,
+        schedule=dataclasses.replace(report.QUICK.schedule, T_values=(7, 9), grains=("element",),
+                                     processors=(1, 3)))
+    depth_frame = pd.DataFrame({"model": ["m"], "T": [1], "d": [2], "macs": [3], "flops": [6],
+                                "span": [4]})
+    fakes = {
+        (report.gradpath, "decay_sweep"): _Recorder("decay", lambda c: ("decay frame", "summary")),
+        (report.gradpath, "path_levels"): _Recorder("levels"),
+        (report.clipping, "clipping_experiment"): _Recorder("clipping"),
+        (report.depth, "depth_table"): _Recorder("depth", lambda *a: depth_frame),
+        (report.depth, "traced"): _Recorder("traced", lambda traces, m, T, d: (m, T, d)),
+        (report.schedule, "schedule"): _Recorder("schedule"),
+        (report.walltime, "measure_wall_times"): _Recorder("wall"),
+        (report.walltime, "matmul_rates"): _Recorder("rates", lambda *a: {"gemm_gmacs": 2.0}),
+        (report.walltime, "noise_kernel"): _Recorder("kernel", lambda c: "the kernel"),
+        (report.timing, "noise_floor"): _Recorder("noise", lambda *a: {"noise_floor": 0.01}),
+        (report.walltime, "measured_crossover"): _Recorder("crossover"),
+        (report.walltime, "fit_exponents"): _Recorder("exponents"),
+        (report.lessons, "self_attention_maps"): _Recorder("maps"),
+        (report.lessons, "diagonal_share"): _Recorder("diagonal"),
+        (report.lessons, "row_max_vs_dk"): _Recorder("row_max"),
+        (report.lessons, "lesson_draw_percentiles"): _Recorder("lesson_draw"),
+        (report.lessons, "additive_maps"): _Recorder("additive_maps"),
+        (report.lessons, "lesson_additive_routes"): _Recorder("routes"),
+    }
+    stages = []
+    with contextlib.ExitStack() as stack:
+        for (module, name), fake in fakes.items():
+            stack.enter_context(mock.patch.object(module, name, fake))
+        sections = list(report._sections(cfg, stages.append))
+    calls = {f.name: f.calls for f in fakes.values()}
+    assert len(stages) == report.STAGES
+    assert calls["decay"] == [((cfg.decay,), {})]
+    assert calls["levels"] == [((ATTENTION, cfg.path_T, cfg.path_input_scales, cfg.decay.ds[0],
+                                 cfg.decay), {})]
+    assert calls["clipping"] == [((), dataclasses.asdict(cfg.clipping))]
+    assert calls["depth"] == [((cfg.depth.T_values, cfg.depth.d), {})]
+    assert [c[0][:5] for c in calls["schedule"]] == [(m, 7, 5, (1, 3), "element")
+                                                    for m in (RECURRENCE, ATTENTION)]
+    assert [c[1]["tr"] for c in calls["schedule"]] == [(m, 7, 5) for m in (RECURRENCE, ATTENTION)]
+    assert calls["wall"] == [((cfg.wall,), {})]
+    assert calls["rates"] == [((cfg.wall.d, cfg.wall), {})]
+    assert calls["noise"] == [(("the kernel", cfg.wall.rounds, cfg.wall.min_sample_s), {})]
+    (cross_args, _), = calls["crossover"]
+    assert cross_args[1] == cfg.wall and cross_args[2] == {"gemm_gmacs": 2.0, "noise_floor": 0.01}
+    assert calls["exponents"][0][0][1] == cfg.wall.fit_min_T
+    assert calls["row_max"] == [((cfg.lessons,), {})] and calls["maps"] == [((cfg.lessons,), {})]
+    assert calls["routes"] == [((cfg.lessons.va_scales,), {})]
+    by_key = {key: (frames, figs) for key, _, frames, figs in sections}
+    assert set(by_key) <= set(report.CAPTIONS)
+    assert by_key["decay"][0] == {"decay": "decay frame", "decay_summary": "summary"}
+    assert by_key["clipping"][0]["clipping"].made_by[0] == "clipping"
+    assert by_key["depth"][0]["depth"] is depth_frame
+    sched = by_key["schedule"][0]["schedule"]
+    assert list(sched.made_by) == ["schedule", "schedule"]
+    work = by_key["work"][0]
+    assert list(work["work"].columns) == ["model", "T", "d", "macs", "flops"]
+    assert work["crossover"].made_by[0] == "crossover"
+    assert work["rates"].to_dict("records") == [{"d": cfg.wall.d, "threads": cfg.wall.threads,
+                                                 "gemm_gmacs": 2.0, "noise_floor": 0.01}]
+    wall = by_key["wall"][0]
+    assert wall["wall_times"].made_by[0] == "wall" and wall["exponents"].made_by[0] == "exponents"
+    assert wall["wall_samples"].made_by[0] == "wall samples"
+    assert by_key["maps"][0]["row_max_lesson"].made_by[0] == "lesson_draw"
+    assert by_key["additive"][0]["additive_routes"].made_by[0] == "routes"
+    assert "history" not in by_key                       # no asv results: no section
+    for frames, figs in by_key.values():
+        assert all(callable(fn) and fn.__name__.startswith("figure_") for _, fn in figs)
