@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness.models import ATTENTION as ATT
+from harness.models import PARALLEL_RECURRENCE as LRU
 from harness.models import RECURRENCE as RNN
 
 HOLDS, QUALIFIED, FAILS = "holds", "holds with a qualification", "does not hold"
@@ -206,7 +207,24 @@ def additive_routes(f):
                 r.value_norm, HOLDS if same else FAILS)
 
 
-CLAIMS = (depth_in_sequence, processors_change_nothing, attention_constant_stages,
+def scan_parallelises(f):
+    """The lessons' 'T steps one after another' is the tanh RNN's: a diagonal linear
+    recurrence computed by a scan has a span that grows like log T."""
+    d = f["scan_depth"]
+    T = int(d["T"].max())
+    last = d[d["T"] == T].set_index("model").span
+    scan = [m for m in last.index if m not in (RNN, LRU)][0]
+    log_span = float(last[scan])
+    verdict = FAILS if log_span < T / 10 else HOLDS
+    return _row("…and so does every recurrence: its T steps run one after another",
+                "goodbye to recurrence, asked of today's linear recurrences",
+                f"at T = {T:,} the tanh RNN's span is {int(last[RNN]):,} operations and the linear "
+                f"recurrence's step loop {int(last[LRU]):,}, but the same recurrence computed by a "
+                f"parallel scan ({scan}) has a span of {int(log_span)}, about "
+                f"{log_span / math.log2(T):.1f}·log2 T", log_span, verdict)
+
+
+CLAIMS = (depth_in_sequence, scan_parallelises, processors_change_nothing, attention_constant_stages,
           counts_cross_at_d, wall_time_crosses_at_d, vanishing_with_radius, tanh_makes_it_worse,
           clipping_stops_explosion_only, attention_one_factor, sqrt_dk,
           diagonal_without_projections, additive_routes)

@@ -95,7 +95,7 @@ def run_comparison(config=DEFAULT, progress=None):
                              "median_s": med[k], "min_s": float(np.min(s)),
                              "repeats": len(s), "number": numbers[k],
                              "ratio_to_harness": med[k] / med["harness"]})
-            peers = {k: t for k, t in med.items() if k in ("numpy", "torch")}
+            peers = {k: t for k, t in med.items() if k not in ("harness", "gemm")}
             fastest = min(peers, key=peers.get)
             need, floor, words = models.get(case.model).compare_target(case.batch, direction,
                                                                        case.T, case.d)

@@ -36,13 +36,15 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import claims, clipping, depth, gradpath, lessons, machine, schedule, timing, walltime  # noqa: E402
+from harness import (claims, clipping, depth, gradpath, lessons, machine, models,  # noqa: E402
+                     schedule, timing, walltime)
 from harness._fit import log_crossing  # noqa: E402
 from harness import _interrupt  # noqa: E402
 from harness._io import UsageError, atomic_write_text, check_name, remove_stale, umask  # noqa: E402
 from harness.config import QUICK_REPORT as QUICK  # noqa: E402,F401
 from harness.config import REPORT as DEFAULT  # noqa: E402
 from harness.models import ATTENTION as ATT  # noqa: E402
+from harness.models import PARALLEL_RECURRENCE as LRU  # noqa: E402
 from harness.models import RECURRENCE as RNN  # noqa: E402
 
 
@@ -301,7 +303,7 @@ def figure_decay(f):
     theory = rnn.assign(log10_norm=rnn.log10_bound, curve="theory / bound", series=series)
     rows.append(theory)
     for act in ("identity", "tanh"):
-        rows.append(att.assign(activation=act, curve="measured", series="attention"))
+        rows.append(att.assign(activation=act, curve="measured", series=ATT))
     long = pd.concat(rows, ignore_index=True)
     clipped = long.log10_norm.abs() > CLIP_DECADES
     long["log10_norm"] = long.log10_norm.clip(-CLIP_DECADES, CLIP_DECADES)
@@ -317,6 +319,38 @@ def figure_decay(f):
                     f"({int(clipped.sum())} points)", transform=ax.transAxes, fontsize=7)
     g.figure.suptitle("RNN: ‖∂h_T/∂h_(T−k)‖;  attention: ‖∂y_T/∂x_(T−k)‖", y=1.02, fontsize=9)
     return g.figure
+
+
+def figure_lru_decay(f):
+    d = f["lru_decay"]
+    long = pd.concat([d.assign(curve="measured"), d.assign(log10_norm=d.log10_linear, curve="k·log10 r")])
+    long["r"] = long.rho.map(lambda r: f"max|λ| = {r:g}")
+    g = sns.relplot(data=long, x="distance", y="log10_norm", hue="r", style="curve", kind="line",
+                    height=3.6, aspect=1.4)
+    g.set_axis_labels("distance k", "log10 ‖∂h_T/∂h_(T−k)‖, linear recurrence")
+    return g.figure
+
+
+def caption_recurrence(f):
+    d, lr = f["scan_depth"], f["lru_decay"]
+    T0, T1 = int(d["T"].min()), int(d["T"].max())
+    span = d.pivot(index="T", columns="model", values="span")
+    work = d.pivot(index="T", columns="model", values="scalar_work")
+    scan = [m for m in span.columns if m not in (RNN, LRU)][0]
+    far = int(lr.distance.max())
+    at = lr[lr.distance == far].set_index("rho").log10_norm
+    return (f"A diagonal linear recurrence, h_t = λ ⊙ h_(t−1) + B x_t (LRU, S5, Mamba), is a "
+            f"prefix scan: computed by a parallel scan ({scan}) its span goes from "
+            f"{int(span.loc[T0, scan])} to {int(span.loc[T1, scan])} operations as T goes from "
+            f"{T0} to {T1}, like log T, where its step loop's goes from {int(span.loc[T0, LRU]):,} "
+            f"to {int(span.loc[T1, LRU]):,} and the tanh RNN's from {int(span.loc[T0, RNN]):,} to "
+            f"{int(span.loc[T1, RNN]):,}. For that, the scan does {work.loc[T1, scan] / work.loc[T1, LRU]:.2f}× "
+            f"the loop's scalar operations at T = {T1}. Its gradient path is max|λ|^k exactly: at "
+            f"k = {far}, " + ", ".join(f"{_pow10(v)} for max|λ| = {r:g}" for r, v in at.items())
+            + ".")
+
+
+CAPTIONS["recurrence"] = caption_recurrence
 
 
 def figure_attention_path(f):
@@ -547,12 +581,18 @@ def _sections(config, progress):
     yield ("depth", "Sequential depth: span and path length", {"depth": dt},
            [("depth", figure_depth)])
 
+    recurrences = [m for m, (fam, _) in models.traced_forms().items() if fam.name in (RNN, LRU)]
+    lru_rows = frame[frame.model == LRU]
+    yield ("recurrence", "The recurrence that parallelises",
+           {"scan_depth": dt[dt.model.isin(recurrences)], "lru_decay": lru_rows},
+           [("lru_decay", figure_lru_decay)])
+
     T, d = config.schedule.T_values[0], config.schedule_d
     progress(f"schedule on P processors (T = {T})")
     traces = {}
     sched = pd.concat([schedule.schedule(m, T, d, config.schedule.processors, grain,
                                          tr=depth.traced(traces, m, T, d))
-                       for grain in config.schedule.grains for m in (RNN, ATT)],
+                       for grain in config.schedule.grains for m in models.traced_forms()],
                       ignore_index=True)
     yield ("schedule", f"The {T}-token text on P processors", {"schedule": sched},
            [("schedule", figure_schedule)])

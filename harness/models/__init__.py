@@ -32,6 +32,8 @@ NAMES = (
 # The lessons' two models, whose claims the report's captions state.
 RECURRENCE = "rnn"
 ATTENTION = "attention"
+# ... and the recurrence that parallelises (a diagonal linear recurrence, by a scan)
+PARALLEL_RECURRENCE = "lru"
 
 
 @dataclass(frozen=True)
