@@ -18,16 +18,18 @@ class Depth(common.Benchmark):
     """Multiplications and op-graph span of the traced reference forward, d = 64.
 
     RNN: 2 T d^2 multiplications in a span that grows like T; attention: the
-    T^2 d grid and mix in a span that stays a handful of stages.
+    T^2 d grid and mix in a span that stays a handful of stages; the linear
+    recurrence's scan (``lru-scan``): a span that grows like log T. Every traced
+    form of every registered family.
     """
-    params = [common.MODELS, [64, 256, 1024]]
+    params = [common.FORMS, [64, 256, 1024]]
     param_names = ["model", "T"]
     d = 64
 
     def setup(self, model, T):
         depth = common.analyser("depth")
         self.trace = depth.trace_model(model, T, self.d)
-        self.lesson_parts = common.family(model).lesson_parts   # RNN products vs attention grid + mix
+        self.lesson_parts = common.form_family(model).lesson_parts   # RNN products vs grid + mix
 
     def track_multiplications(self, model, T):
         return sum(self.trace.macs_by_part().get(p, 0) for p in self.lesson_parts)

@@ -35,6 +35,11 @@ try:
     MODELS = list(_NAMES)                   # every registered family
 except ImportError:                         # commits before the family registry
     MODELS = ["rnn", "attention"]
+try:                                        # every traced form (a family's, and its scans)
+    from harness.models import traced_forms as _traced_forms
+    FORMS = list(_traced_forms())
+except ImportError:
+    FORMS = list(MODELS)
 T_VALUES = [64, 256, 1024, 4096]
 D_VALUES = [64, 256]
 BATCHES = [1, 32]
@@ -64,6 +69,14 @@ class Benchmark:
 def family(model):
     """The registered family ``model``, or skip the benchmark at commits that predate the registry."""
     return analyser("models").get(model)
+
+
+def form_family(form):
+    """The family of a traced form (a family's own name is its first form)."""
+    models = analyser("models")
+    if not hasattr(models, "form"):
+        return models.get(form)
+    return models.form(form)[0]
 
 
 def grid_fits(model, T, batch):

@@ -120,7 +120,7 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
 
     import pandas as pd
 
-    from harness import depth, machine, schedule, walltime
+    from harness import depth, machine, models, schedule, walltime
     from harness._io import output_set
     from harness._progress import Progress, warm_up_kernels
 
@@ -139,8 +139,9 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
     view = table[["model", "T", "macs", "flops", "span", "max_path", "scalar_span",
                   "parallelism"]].copy()
     view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
-    _print(f"Table 1, measured on the traced forwards (d = {d}; macs: one per multiply-add, "
-           f"RNN recurrence + input, attention QK^T + AV; flops = 2 x macs, PyTorch's convention;\n"
+    parts = "; ".join(f"{f.name}: {' + '.join(f.lesson_parts)}" for f in models.families())
+    _print(f"Table 1, measured on the traced forwards (d = {d}; macs: one per multiply-add of the "
+           f"parts the lessons count ({parts}); flops = 2 x macs, PyTorch's convention;\n"
            f"span and max_path in operations; scalar_span exact with sums as ceil(log2 n) trees; "
            f"parallelism = scalar work / scalar span)", view)
     ratio = table.pivot(index="T", columns="model", values="macs")
