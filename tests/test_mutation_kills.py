@@ -1930,8 +1930,9 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
                                      processors=(1, 3)))
     depth_frame = pd.DataFrame({"model": ["m"], "T": [1], "d": [2], "macs": [3], "flops": [6],
                                 "span": [4]})
+    decay_frame = pd.DataFrame({"model": ["rnn", "lru", "attention"], "distance": [1, 2, 3]})
     fakes = {
-        (report.gradpath, "decay_sweep"): _Recorder("decay", lambda c: ("decay frame", "summary")),
+        (report.gradpath, "decay_sweep"): _Recorder("decay", lambda c: (decay_frame, "summary")),
         (report.gradpath, "path_levels"): _Recorder("levels"),
         (report.clipping, "clipping_experiment"): _Recorder("clipping"),
         (report.depth, "depth_table"): _Recorder("depth", lambda *a: depth_frame),
@@ -1962,9 +1963,10 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
                                  cfg.decay), {})]
     assert calls["clipping"] == [((), dataclasses.asdict(cfg.clipping))]
     assert calls["depth"] == [((cfg.depth.T_values, cfg.depth.d), {})]
-    assert [c[0][:5] for c in calls["schedule"]] == [(m, 7, 5, (1, 3), "element")
-                                                    for m in (RECURRENCE, ATTENTION)]
-    assert [c[1]["tr"] for c in calls["schedule"]] == [(m, 7, 5) for m in (RECURRENCE, ATTENTION)]
+    from harness import models
+    forms = list(models.traced_forms())                 # every traced form is scheduled
+    assert [c[0][:5] for c in calls["schedule"]] == [(m, 7, 5, (1, 3), "element") for m in forms]
+    assert [c[1]["tr"] for c in calls["schedule"]] == [(m, 7, 5) for m in forms]
     assert calls["wall"] == [((cfg.wall,), {})]
     assert calls["rates"] == [((cfg.wall.d, cfg.wall), {})]
     assert calls["noise"] == [(("the kernel", cfg.wall.rounds, cfg.wall.min_sample_s), {})]
@@ -1975,11 +1977,13 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     assert calls["routes"] == [((cfg.lessons.va_scales,), {})]
     by_key = {key: (frames, figs) for key, _, frames, figs in sections}
     assert set(by_key) <= set(report.CAPTIONS)
-    assert by_key["decay"][0] == {"decay": "decay frame", "decay_summary": "summary"}
+    assert by_key["decay"][0]["decay"] is decay_frame
+    assert by_key["decay"][0]["decay_summary"] == "summary"
+    assert list(by_key["recurrence"][0]["lru_decay"].distance) == [2]     # the LRU's rows only
     assert by_key["clipping"][0]["clipping"].made_by[0] == "clipping"
     assert by_key["depth"][0]["depth"] is depth_frame
     sched = by_key["schedule"][0]["schedule"]
-    assert list(sched.made_by) == ["schedule", "schedule"]
+    assert list(sched.made_by) == ["schedule"] * len(forms)
     work = by_key["work"][0]
     assert list(work["work"].columns) == ["model", "T", "d", "macs", "flops"]
     assert work["crossover"].made_by[0] == "crossover"
