@@ -144,3 +144,35 @@ class TiledThroughput(common.Benchmark):
     def track_forward_gflops(self, peaks, T, d, dtype):
         return self.forward_gflops
     track_forward_gflops.unit = "GFLOP/s"
+
+
+class AttentionTiles(common.Benchmark):
+    """The tiled attention's forward and backward at T = 4096 for several tile sizes, the
+    measurement behind ``harness.attention.TILE_Q, TILE_K`` (Q = K = V = X, one sequence).
+
+    The tile sizes are the kernel module's constants, set in ``setup`` and restored in
+    ``teardown``; compare the rows of one run (asv's own ratios), not runs across machines.
+    """
+    params = [["64x512", "128x256", "128x512", "256x256", "256x512", "512x512"], [64, 256],
+              common.DTYPES]
+    param_names = ["tiles", "d", "dtype"]
+    T = 4096
+
+    def setup(self, tiles, d, dtype):
+        common.apply_threads()
+        self.at = common.analyser("attention")
+        if not hasattr(self.at, "TILE_Q"):
+            raise NotImplementedError("no tiled attention in this commit")
+        self.saved = self.at.TILE_Q, self.at.TILE_K
+        self.at.TILE_Q, self.at.TILE_K = (int(n) for n in tiles.split("x"))
+        self.X = np.random.default_rng(common.SEED).standard_normal((self.T, d)).astype(dtype)
+        self.Y, self.L = self.at.forward(self.X, return_weights=False)       # compile, touch
+
+    def teardown(self, tiles, d, dtype):
+        self.at.TILE_Q, self.at.TILE_K = self.saved
+
+    def time_forward(self, tiles, d, dtype):
+        self.at.forward(self.X, return_weights=False)
+
+    def time_backward(self, tiles, d, dtype):
+        self.at.backward(self.X, None, None, None, self.L, self.X, Y=self.Y)

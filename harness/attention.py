@@ -87,12 +87,13 @@ def _attend_backward(Q, K, V, A, dY, scale, dQ, dK, dV, dS):
 
 # The tiled kernels work on TILE_Q query rows against TILE_K key columns at a time.
 # One score tile, TILE_Q x TILE_K, is 512 KiB in float32 and 1 MiB in float64: it stays
-# in this machine's 1 MiB L2 (AMD EPYC, 48 KiB L1d and 1 MiB L2 per core, 32 MiB L3;
-# lscpu) between the GEMM that writes it, the exp pass and the GEMM that reads it.
-# Measured (T = 4096, one thread, 5 interleaved rounds, tiles 64..512 x 256..2048, both
-# dtypes, d = 64 and 256): (256, 512) was the fastest or within 5 % of it in every
-# forward and backward case; 64-row tiles cost 15-50 % more (their GEMMs are too thin),
-# and 1024-column tiles no longer fit L2 in float64.
+# in this machine's 1 MiB L2 (AMD EPYC, Zen 5: 48 KiB L1d and 1 MiB L2 per core, 32 MiB
+# L3; lscpu) between the GEMM that writes it, the exp pass and the GEMM that reads it.
+# Measured at T = 4096, one thread, 9 interleaved rounds, each tile's time paired with
+# (256, 512)'s in the same round, forward and backward, float32 and float64, d = 64 and
+# 256 (asv: bench_kernels.AttentionTiles): no tile was faster by more than 5 % (512 x 512
+# forward at d = 256 by 4-5 %, inside the rounds' spread); 64-row tiles were 5-16 %
+# slower (their GEMMs are thin), 128 x 256 5-12 % slower in the backward.
 TILE_Q, TILE_K = 256, 512
 
 
