@@ -15,6 +15,7 @@ import math
 import os
 import re
 import stat
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -1997,3 +1998,77 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     assert "history" not in by_key                       # no asv results: no section
     for frames, figs in by_key.values():
         assert all(callable(fn) and fn.__name__.startswith("figure_") for _, fn in figs)
+    # the figures `make readme-figures` copies out of a report are among those it draws
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    wanted = re.search(r"^README_FIGURES := (.+)$", makefile, re.M).group(1).split()
+    stems = {stem for _, figs in by_key.values() for stem, _ in figs}
+    assert set(wanted) <= stems, (wanted, stems)
+    assert {"decay", "clipping", "depth", "schedule", "work", "wall_times"} <= stems
+
+
+def test_wall_caption_states_rounds_intervals_and_the_noise_floor():
+    from harness import report
+    # one T per model: a caption that read a second row would fail on it
+    w = pd.DataFrame([dict(model=RECURRENCE, T=64, d=32, threads=1, seconds_per_step=3.3e-6,
+                           rounds=7),
+                      dict(model=ATTENTION, T=64, d=32, threads=1, seconds_per_step=9e-6, rounds=7)])
+    e = pd.DataFrame({"model": [ATTENTION, RECURRENCE], "exponent": [1.8765, 1.0312],
+                      "exponent_lo": [1.7111, 0.9222], "exponent_hi": [1.9444, 1.1333]})
+    rates = pd.DataFrame({"noise_floor": [0.0234]})
+    cap = report.caption_wall({"wall_times": w, "exponents": e, "rates": rates})
+    for value, places in ((1, 0), (32, 0), (7, 0), (1.03, 2), (0.92, 2), (1.13, 2), (1.88, 2),
+                          (1.71, 2), (1.94, 2), (3.3, 1), (2.3, 1)):
+        _states(cap, value, places)
+    assert cap.index("1.88") < cap.index("1.03")            # in the exponents' order
+    bare = report.caption_wall({"wall_times": w.drop(columns="rounds"),
+                                "exponents": e.assign(exponent_lo=np.nan, exponent_hi=np.nan)})
+    _lacks(bare, 7, 0)
+    _lacks(bare, 2.3, 1)
+    for wrong in (0.92, 1.13, 1.71, 1.94):
+        _lacks(bare, wrong, 2)
+    _states(bare, 1, 0)                                       # one round when none is recorded
+    one = report.caption_wall({"wall_times": w, "exponents": e})
+    many = report.caption_wall({"wall_times": w.assign(threads=2), "exponents": e})
+    assert "threads" not in one and "threads" in many        # the plural follows the count
+    _lacks(report.caption_wall({"wall_times": w, "exponents": e, "rates": pd.DataFrame({"x": [1]})}),
+           2.3, 1)
+
+
+def test_work_caption_states_the_interval_and_the_prediction_from_rates():
+    from harness import report
+    d = 64
+    w = pd.DataFrame([dict(model=m, T=t, d=d, macs=(2 * t * d * d if m == RECURRENCE else 2 * t * t * d))
+                      for m in (RECURRENCE, ATTENTION) for t in (10, 300)])
+    x = pd.DataFrame([dict(d=d, variant=ATTENTION, counted_T=d, measured_T=200.0,
+                           extrapolated_T=np.nan, gemm_over_matvec=7.4, measured_T_lo=150.0,
+                           measured_T_hi=260.0, predicted_T=321.0)])
+    rates = pd.DataFrame({"gemm_gmacs": [12.34], "gemv_gmacs": [1.56]})
+    cap = report.caption_work({"work": w, "crossover": x, "rates": rates})
+    for value, places in ((150, 0), (260, 0), (12.3, 1), (1.6, 1), (321, 0), (200, 0)):
+        _states(cap, value, places)
+    bare = report.caption_work({"work": w, "crossover": x.assign(measured_T_lo=np.nan)})
+    for wrong in (150, 260, 321):
+        _lacks(bare, wrong, 0)
+    _lacks(bare, 12.3, 1)
+
+
+def test_schedule_caption_names_the_first_P_where_attention_is_faster():
+    from harness import report
+    s = _schedule_caption_frame()
+    s["bounds_ok"] = True
+    cap = report.caption_schedule({"schedule": s})
+    _states(cap, 20, 0)                          # attention 51 < RNN 62 first at P = 20
+    _states(cap, 500 / 62, 1)                    # one processor against T processors
+    _states(cap, 20, 0)
+    _states(cap, 20, 0)                          # all 20 runs within Brent's bounds
+    assert "all" in cap.split("Brent")[-1]
+    tie = s.copy()
+    tie.loc[(tie.model == ATTENTION) & (tie.grain == "scalar") & (tie.P == 20), "time"] = 62
+    later = report.caption_schedule({"schedule": tie})
+    _states(later, 100, 0)                       # a tie is not faster: from P = 100 on
+    never = s.copy()
+    never.loc[(never.model == ATTENTION) & (never.grain == "scalar"), "time"] = 10**6
+    assert report.caption_schedule({"schedule": never}) != cap
+    some = s.copy()
+    some.loc[some.index[:2], "bounds_ok"] = False
+    assert "all" not in report.caption_schedule({"schedule": some}).split("Brent")[-1]
