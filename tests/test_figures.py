@@ -166,9 +166,13 @@ def _depth_frame():
 
 
 def test_depth_figure_has_one_panel_per_measure_and_one_line_per_model():
-    t = _depth_frame()
+    t = _depth_frame().assign(scalar_work=7, ops=3)            # columns the figure leaves out
     fig = report.figure_depth({"depth": t})
     legend = _legend(fig)
+    assert sorted(ax.get_title().split("= ")[-1] for ax in fig.axes) == \
+        ["max_path", "scalar_span", "span"]
+    shared = fig.axes[0].get_shared_y_axes()
+    assert not shared.joined(fig.axes[0], fig.axes[2])         # a y scale per measure
     for measure in ("span", "max_path", "scalar_span"):
         ax = _axis(fig, measure)
         assert ax.get_xscale() == ax.get_yscale() == "log"
@@ -194,6 +198,7 @@ def test_schedule_figure_draws_steps_per_grain_and_marks_P_equals_T():
     legend = _legend(fig)
     for grain in ("scalar", "element"):
         ax = _axis(fig, grain)
+        assert ax.get_xscale() == ax.get_yscale() == "log"
         for model in (RECURRENCE, ATTENTION):
             g = s[(s.model == model) & (s.grain == grain)]
             assert _xy(g.P, g.time) in _curves(ax, legend[model])
@@ -219,6 +224,7 @@ def test_work_figure_marks_the_counted_and_the_measured_crossover(measured, extr
     fig = report.figure_work({"work": w, "crossover": _crossover_frame(measured, extrapolated)})
     legend = _legend(fig)
     ax = fig.axes[0]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
     for model in (RECURRENCE, ATTENTION):
         g = w[w.model == model]
         assert _curves(ax, legend[model]) == [_xy(g["T"], g.macs)]
@@ -257,6 +263,8 @@ def test_attention_maps_are_drawn_in_sentence_order_per_setting():
                                       want)
         assert [t.get_text() for t in ax.texts] == [f"{v:.2f}" for v in want.ravel()]
         assert [t.get_text() for t in ax.get_xticklabels()] == order
+        norm = ax.collections[0].norm                           # one colour scale for all panels
+        assert (norm.vmin, norm.vmax) == (0.0, 1.0)
 
 
 def test_additive_maps_are_drawn_per_setting():
@@ -268,6 +276,8 @@ def test_additive_maps_are_drawn_per_setting():
         ax = _axis(fig, s)
         want = m[m.setting == s].pivot(index="i", columns="j", values="weight").to_numpy()
         np.testing.assert_allclose(np.asarray(ax.collections[0].get_array()).reshape(4, 4), want)
+    norms = {(a.collections[0].norm.vmin, a.collections[0].norm.vmax) for a in fig.axes}
+    assert len(norms) == 1 and norms.pop()[0] == 0.0           # one colour scale, from 0
 
 
 def test_row_max_figure_has_a_line_per_scaling():
@@ -285,10 +295,11 @@ def test_row_max_figure_has_a_line_per_scaling():
 
 def test_routes_figure_draws_each_route_under_its_own_name():
     r = pd.DataFrame({"va_scale": [0.25, 0.5, 2.0], "value_norm": [3.0, 2.8, 2.5],
-                      "score_norm": [0.05, 0.26, 4.1]})
+                      "score_norm": [0.05, 0.26, 4.1], "value_over_score": [60.0, 10.8, 0.6]})
     fig = report.figure_routes({"additive_routes": r})
     legend = _legend(fig)
     ax = fig.axes[0]
+    assert len(_lines(ax)) == 2 and ax.get_xscale() == ax.get_yscale() == "log"
     assert _curves(ax, legend[_label(legend, "value")]) == [_xy(r.va_scale, r.value_norm)]
     assert _curves(ax, legend[_label(legend, "score")]) == [_xy(r.va_scale, r.score_norm)]
 
@@ -317,6 +328,8 @@ def test_history_figure_has_a_panel_per_T_and_a_line_per_series():
     h = pd.DataFrame(rows)
     fig = report.figure_history({"asv_history": h})
     legend = _legend(fig)
+    a64, a1024 = _axis(fig, "64"), _axis(fig, "1024")
+    assert a64.get_yscale() == "log" and not a64.get_shared_y_axes().joined(a64, a1024)
     for T in (64, 1024):
         ax = _axis(fig, str(T))
         assert [t.get_text() for t in ax.get_xticklabels()] == ["aaaa1111", "bbbb2222", "cccc3333"]
