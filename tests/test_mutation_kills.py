@@ -2127,3 +2127,14 @@ def test_matmul_rates_time_the_two_products_they_name():
         fns["gemm"]()
         fns["gemv"]()
     assert calls == [("gemm", (10, 6), (6, 10), (10, 10)), ("gemv", (6, 6), (6,), 10, True)]
+
+
+def test_reflected_operators_are_recorded_like_the_others():
+    from harness import trace
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (2, 2), ("T", "d_model"), source_row=0)
+    outs = [1.0 + X, 1.0 - X, 2.0 * X, 1.0 / X, [[1.0, 0.0], [0.0, 1.0]] @ X]
+    assert [op.kind for op in g.ops] == ["add", "sub", "mul", "div", "matmul"]
+    assert all(o.shape == (2, 2) for o in outs) and g.ops[-1].inner == 2
+    assert [o.dist[0, 0] for o in outs] == [1, 1, 1, 1, 1]
+    assert outs[0].axes == ("T", "d_model") and outs[4].axes == ("?", "d_model")
