@@ -371,66 +371,73 @@ def _sample_rows(T):
     return np.unique(np.linspace(0, T - 1, min(T, 8)).round().astype(np.int64))
 
 
-def _recomputed_rows(Qs, K, factor_s, causal, b, rows):
-    """Q' K^T of the sampled rows, float64 (k, T), -inf where causal masks them; and each
-    row's bound on the rounding of its scaled scores (factor' times that of Q' K^T)."""
-    S = matmul(Qs[b, rows], K[b].T).astype(np.float64)                      # (k, T)
-    if causal:
-        S[np.arange(S.shape[1])[None, :] > rows[:, None]] = -np.inf
-    d_k = Qs.shape[-1]
-    q = np.linalg.norm(Qs[b, rows].astype(np.float64), axis=1)               # (k,)
-    k = max(float(K[b].max()), -float(K[b].min())) * math.sqrt(d_k)           # >= max_j |k_j|
-    return S, 2.0 * d_k * np.finfo(Qs.dtype).eps * factor_s * q * k
+@njit(cache=True)
+def _sampled_scores(Qr, K, S):
+    # Qr (B, k, d_k) sampled queries, K (B, T, d_k) -> S (B, k, T) = Qr K^T, one GEMM each
+    for b in range(Qr.shape[0]):
+        np.dot(Qr[b], K[b].T, S[b])
+
+
+@njit(cache=True)
+def _sampled_mix(P, V, Yr):
+    # P (B, k, T) sampled weights, V (B, T, d_v) -> Yr (B, k, d_v) = P V
+    for b in range(P.shape[0]):
+        np.dot(P[b], V[b], Yr[b])
 
 
 def _check_against_forward(Qs, K, V, factor_s, causal, A=None, L=None, Y=None):
     """ValueError naming A (or L) or Y where a sampled row disagrees with the forward redone.
 
-    Cheap (8 rows per sequence, O(T d) each): it catches weights, L or Y from another X,
-    other weights, another ``scale`` or ``causal``, or a multiple of them. A difference
-    within the rounding of the scores passes, and so does anything outside the sampled rows.
+    Cheap (8 rows per sequence, O(T d) each, every sequence at once): it catches weights,
+    L or Y from another X, other weights, another ``scale`` or ``causal``, or a multiple of
+    them. A difference within the rounding of the scores passes, and so does anything
+    outside the sampled rows.
     """
-    B, T, _ = Qs.shape
+    B, T, d_k = Qs.shape
     eps = np.finfo(Qs.dtype).eps
     slack = math.sqrt(eps)
     rows = _sample_rows(T)
-    v_max = max(float(V.max()), -float(V.min()))
-    for b in range(B):
-        S, err = _recomputed_rows(Qs, K, factor_s, causal, b, rows)
-        where = [f"row {i}" + ("" if B == 1 else f" of sequence {b}") for i in rows]
-        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            if L is not None:                 # scores and L minus the row maximum: no overflow
-                P = np.exp((S - L[b, rows, None] / factor_s) * factor_s)           # (k, T)
-                tol = np.expm1(4 * err + 2 * eps * np.abs(L[b, rows])) + slack
-                off = np.abs(P.sum(axis=1) - 1.0)
-                what = "exp(scores - L) sums to {:.6g}, not 1"
-                shown = P.sum(axis=1)
-                name = "A (here L, the row log-sum-exp)"
-            else:
-                P = np.exp((S - S.max(axis=1, keepdims=True)) * factor_s)
-                P /= P.sum(axis=1, keepdims=True)
-            if A is not None:
-                tol = np.expm1(4 * err) + slack
-                off = np.abs(A[b, rows].astype(np.float64) - P).max(axis=1)
-                what = "it differs from the softmax recomputed from X and the weights by {:.3g}"
-                shown = off
-                name = "A"
-            bad = ~(off <= tol)                       # NaN tolerances (unbounded rounding) pass
-            bad &= np.isfinite(tol)
-            if bad.any():
-                n = int(np.argmax(bad))
-                raise ValueError(f"{name} does not match this forward: in {where[n]}, "
-                                 f"{what.format(shown[n])}. Pass what forward returned for these "
-                                 f"inputs, with the same scale and causal.")
-            if Y is not None:
-                tol = (np.expm1(4 * err) + slack) * max(v_max, np.finfo(np.float64).tiny)
-                off = np.abs(matmul(P, V[b].astype(np.float64)) - Y[b, rows]).max(axis=1)
-                bad = ~(off <= tol) & np.isfinite(tol)
-                if bad.any():
-                    n = int(np.argmax(bad))
-                    raise ValueError(f"Y does not match this forward: in {where[n]}, it differs from "
-                                     f"the Y recomputed from X and the weights by {off[n]:.3g}. Pass "
-                                     f"the Y that forward returned for these inputs.")
+    Qr = np.ascontiguousarray(Qs[:, rows])                                 # (B, k, d_k)
+    S = np.empty((B, rows.size, T), dtype=Qs.dtype)
+    _sampled_scores(Qr, K, S)
+    S = S.astype(np.float64)
+    if causal:
+        S[:, np.arange(T)[None, :] > rows[:, None]] = -np.inf
+    # rounding of the scaled scores: 2 d_k eps factor' |q'_i| max_j |k_j|, per sequence and row
+    k_max = np.maximum(K.max(axis=(1, 2)), -K.min(axis=(1, 2))).astype(np.float64) * math.sqrt(d_k)
+    err = 2.0 * d_k * eps * factor_s * np.linalg.norm(Qr.astype(np.float64), axis=2) * k_max[:, None]
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if L is not None:                 # scores and L minus the row maximum: no overflow
+            lse = L[:, rows]                                                 # (B, k)
+            P = np.exp((S - lse[..., None] / factor_s) * factor_s)          # (B, k, T)
+            tol = np.expm1(4 * err + 2 * eps * np.abs(lse)) + slack
+            shown = P.sum(axis=2)
+            off = np.abs(shown - 1.0)
+            name, what = "A (here L, the row log-sum-exp)", "exp(scores - L) sums to {:.6g}, not 1"
+        else:
+            P = np.exp((S - S.max(axis=2, keepdims=True)) * factor_s)
+            P /= P.sum(axis=2, keepdims=True)
+            tol = np.expm1(4 * err) + slack
+            shown = off = np.abs(A[:, rows].astype(np.float64) - P).max(axis=2)
+            name, what = "A", "it differs from the softmax recomputed from X and the weights by {:.3g}"
+        _raise_first(~(off <= tol) & np.isfinite(tol), rows, name, what, shown)   # NaN tol: unbounded
+        if Y is not None:
+            Yr = np.empty((B, rows.size, V.shape[2]), dtype=V.dtype)
+            _sampled_mix(P.astype(V.dtype), V, Yr)
+            v_max = np.maximum(V.max(axis=(1, 2)), -V.min(axis=(1, 2))).astype(np.float64)
+            tol = (np.expm1(4 * err) + slack) * np.maximum(v_max, np.finfo(np.float64).tiny)[:, None]
+            off = np.abs(Yr.astype(np.float64) - Y[:, rows]).max(axis=2)
+            _raise_first(~(off <= tol) & np.isfinite(tol), rows, "Y",
+                         "it differs from the Y recomputed from X and the weights by {:.3g}", off)
+
+
+def _raise_first(bad, rows, name, what, shown):
+    """The ValueError for the first sampled (sequence, row) marked in ``bad`` (B, k), if any."""
+    if bad.any():
+        b, n = np.argwhere(bad)[0]
+        where = f"row {rows[n]}" + ("" if bad.shape[0] == 1 else f" of sequence {b}")
+        raise ValueError(f"{name} does not match this forward: in {where}, {what.format(shown[b, n])}. "
+                         f"Pass what forward returned for these inputs, with the same scale and causal.")
 
 
 def _check_weights(A, causal):
