@@ -10,6 +10,11 @@ family declares its own (``Family.peers``):
 * ``gemm``: for attention, its matrix products alone (BLAS into preallocated
   buffers), the floor that the kernel's softmax overhead is measured against.
 
+A case may name a further kernel of its family (``Family.kernels``): attention's
+tiled kernel, at T = 4096 to 32,768 (``LONG_COMPARE``, ``harness compare --long``),
+against PyTorch's tiled SDPA and a NumPy attention that goes through the queries in
+blocks, neither of which stores the T x T weights either.
+
 Every sample is the mean of ``number`` calls; each implementation gets
 ``repeats`` samples in interleaved rounds (``harness.timing``), and the median is
 reported. Speed is a ratio: peer time / harness time, measured side by side.
@@ -33,11 +38,12 @@ class Case:
     T: int
     d: int
     dtype: str          # "float32" or "float64"
+    kernel: str = "default"   # "default" (the family's own) or a further kernel (``Family.kernels``)
 
 
 def cases(config=DEFAULT):
-    """Every case of ``config``: each (family, batch, T, d) for each dtype."""
-    return [Case(m, B, T, d, dt) for dt in config.dtypes for m, B, T, d in config.cases]
+    """Every case of ``config``: each (family, batch, T, d[, kernel]) for each dtype."""
+    return [Case(c[0], c[1], c[2], c[3], dt, *c[4:]) for dt in config.dtypes for c in config.cases]
 
 
 def _torch():
@@ -48,21 +54,29 @@ def _torch():
     return torch
 
 
-def implementations(case, seed=0):
-    """The callables for one case: {impl: (forward, backward or None, outputs or None)}.
+# each direction's slot in an implementation's tuple (forward, backward, outputs, forward+backward)
+SLOTS = {"forward": 0, "backward": 1, "forward+backward": 3}
 
-    ``harness`` is the family's compiled forward and backward; the others are its
-    peers. ``outputs()`` returns (forward output, dX) so that tests can check that
-    every peer computes the same thing as the harness.
+
+def implementations(case, seed=0):
+    """The callables for one case: {impl: (forward, backward, outputs, forward+backward)},
+    any of them None where an implementation lacks it.
+
+    ``harness`` is the case's compiled kernel; the others are its peers. ``backward``
+    starts from a stored forward output; ``forward+backward`` runs both passes.
+    ``outputs()`` returns (forward output, dX) so that tests can check that every peer
+    computes the same thing as the harness.
     """
     fam = models.get(case.model)
+    k = fam.kernel(case.kernel)
     X, W = fam.inputs(case.T, case.d, case.batch, case.dtype, seed)
-    out = fam.forward(X, *W)
+    out = k.forward(X, *W)
     g = np.random.default_rng([seed, 1]).normal(size=fam.primary(out).shape).astype(case.dtype)
-    impls = {"harness": (lambda: fam.forward(X, *W),
-                         lambda: fam.backward(X, W, out, g),
-                         lambda: (fam.primary(fam.forward(X, *W)), fam.backward(X, W, out, g).dX))}
-    impls.update(fam.peers(X, W, g, _torch()))
+    impls = {"harness": (lambda: k.forward(X, *W),
+                         lambda: k.backward(X, W, out, g),
+                         lambda: (fam.primary(k.forward(X, *W)), k.backward(X, W, out, g).dX),
+                         lambda: k.backward(X, W, k.forward(X, *W), g))}
+    impls.update(k.peers(X, W, g, _torch()))
     return impls
 
 
@@ -71,8 +85,9 @@ def run_comparison(config=DEFAULT, progress=None):
 
     ``timings`` has one row per (case, direction, impl) with the median time and
     the ratio impl / harness. ``summary`` has one row per (case, direction) with
-    the speed-up over each peer (peer time / harness time), the target and
-    whether it is met.
+    the speed-up over each peer (peer time / harness time), the 95 % interval of the
+    speed-up over the fastest (rounds resampled in pairs), the target and whether
+    its median meets it.
     """
     torch = _torch()
     machine.set_threads(config.threads)
@@ -85,8 +100,10 @@ def run_comparison(config=DEFAULT, progress=None):
         if progress:
             progress(f"{case.model} B={case.batch} T={case.T} d={case.d} {case.dtype}")
         impls = implementations(case, config.seed)
-        for direction, slot in (("forward", 0), ("backward", 1)):
-            fns = {k: fs[slot] for k, fs in impls.items() if fs[slot] is not None}
+        kernel = models.get(case.model).kernel(case.kernel)
+        for direction in kernel.directions:
+            slot = SLOTS[direction]
+            fns = {k: fs[slot] for k, fs in impls.items() if len(fs) > slot and fs[slot] is not None}
             samples, numbers = timing.time_interleaved(fns, config.repeats, config.min_sample_s,
                                                        seed=n)
             med = {k: float(np.median(s)) for k, s in samples.items()}
@@ -97,12 +114,11 @@ def run_comparison(config=DEFAULT, progress=None):
                              "ratio_to_harness": med[k] / med["harness"]})
             peers = {k: t for k, t in med.items() if k not in ("harness", "gemm")}
             fastest = min(peers, key=peers.get)
-            need, floor, words = models.get(case.model).compare_target(case.batch, direction,
-                                                                       case.T, case.d)
-            speedup = peers[fastest] / med["harness"]
+            need, floor, words = kernel.compare_target(case.batch, direction, case.T, case.d)
+            speedup, lo, hi = timing.paired_ratio(samples[fastest], samples["harness"], seed=n)
             row = {**dataclasses.asdict(case), "direction": direction,
                    "harness_s": med["harness"], "fastest_peer": fastest,
-                   "speedup_vs_fastest": speedup,
+                   "speedup_vs_fastest": speedup, "speedup_lo": lo, "speedup_hi": hi,
                    "speedup_vs_numpy": peers["numpy"] / med["harness"],
                    "speedup_vs_torch": peers["torch"] / med["harness"] if "torch" in peers else np.nan,
                    "target": words,
@@ -122,8 +138,8 @@ def run_comparison(config=DEFAULT, progress=None):
 
 
 def format_summary(summary):
-    cols = ["model", "batch", "T", "d", "dtype", "direction", "harness_s", "fastest_peer",
-            "speedup_vs_fastest", "speedup_vs_numpy", "speedup_vs_torch", "met"]
+    cols = ["model", "kernel", "batch", "T", "d", "dtype", "direction", "harness_s", "fastest_peer",
+            "speedup_vs_fastest", "speedup_lo", "speedup_hi", "speedup_vs_numpy", "speedup_vs_torch", "met"]
     if "harness_over_gemm" in summary:
         cols.insert(-1, "harness_over_gemm")
     view = summary[cols].copy()

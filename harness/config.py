@@ -136,8 +136,17 @@ COMPARE = CompareConfig()
 REPORT = ReportConfig()
 
 QUICK_COMPARE = CompareConfig(cases=(("rnn", 1, 16, 8), ("rnn", 3, 16, 8), ("attention", 1, 16, 8),
+                                     ("attention", 1, 37, 8, "tiled"),
                                      ("lru", 1, 16, 8), ("lru", 3, 16, 8)),
                               repeats=3, min_sample_s=0.001)
+# ``harness compare --long``: attention's tiled kernel where the question is asked today,
+# against PyTorch's tiled SDPA and NumPy by query blocks (the attention issue's targets:
+# forward and forward+backward at least as fast, T = 4096 to 32,768, d = 64 and 256).
+# Seconds per call at the top (T = 32,768, d = 256: ~10 s forward, ~40 s both passes),
+# so one call per sample, no warm-up call, 3 rounds: about 15 minutes in all.
+LONG_COMPARE = CompareConfig(cases=tuple(("attention", 1, T, d, "tiled")
+                                         for T in (4096, 8192, 16384, 32768) for d in (64, 256)),
+                             dtypes=("float32",), repeats=3, min_sample_s=0.0)
 QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=5),
                        path_T=REPORT.path_T[:-1])
 

@@ -77,6 +77,40 @@ def rnn_backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
             dA2.sum(axis=0), carry)
 
 
+def attention_forward_blocked(X, Wq, Wk, Wv, block=256):
+    """Self-attention (T, d) with projections, ``block`` query rows at a time: each block's
+    (block, T) scores, softmax and mix, never the T x T weights. Returns (Y, L), L the rows'
+    log-sum-exp of the scaled scores: the plain NumPy a user writes for long T."""
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    s = 1.0 / math.sqrt(Q.shape[-1])
+    Y = np.empty((X.shape[0], V.shape[1]), dtype=X.dtype)
+    L = np.empty(X.shape[0], dtype=np.float64)
+    for i in range(0, X.shape[0], block):
+        E = (Q[i:i + block] @ K.T) * X.dtype.type(s)
+        m = E.max(axis=1, keepdims=True)
+        P = np.exp(E - m)
+        z = P.sum(axis=1, keepdims=True)
+        Y[i:i + block] = (P @ V) / z
+        L[i:i + block] = (m + np.log(z))[:, 0]
+    return Y, L
+
+
+def attention_backward_blocked(X, Wq, Wk, Wv, Y, L, dY, block=256):
+    """The backward of ``attention_forward_blocked`` from its (Y, L), ``block`` query rows at
+    a time, recomputing each block's weights from L; returns (dX, dWq, dWk, dWv)."""
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    s = X.dtype.type(1.0 / math.sqrt(Q.shape[-1]))
+    D = (dY * Y).sum(axis=1, keepdims=True)            # sum_j A_ij dA_ij = dY_i . Y_i
+    dQ, dK, dV = np.empty_like(Q), np.zeros_like(K), np.zeros_like(V)
+    for i in range(0, X.shape[0], block):
+        P = np.exp((Q[i:i + block] @ K.T) * s - L[i:i + block, None].astype(X.dtype))
+        dV += P.T @ dY[i:i + block]
+        dE = P * (dY[i:i + block] @ V.T - D[i:i + block]) * s
+        dQ[i:i + block] = dE @ K
+        dK += dE.T @ Q[i:i + block]
+    return (dQ @ Wq.T + dK @ Wk.T + dV @ Wv.T, X.T @ dQ, X.T @ dK, X.T @ dV)
+
+
 def attention_backward(X, Wq, Wk, Wv, A, dY, scale=True):
     """Self-attention backward with matrix products; returns (dX, dWq, dWk, dWv)."""
     if Wq is None:

@@ -24,7 +24,13 @@ import numpy as np
 
 
 def calls_per_sample(fn, min_sample_s):
-    """Calls per sample so that one sample lasts about ``min_sample_s`` (after a warm-up call)."""
+    """Calls per sample so that one sample lasts about ``min_sample_s`` (after a warm-up call).
+
+    ``min_sample_s = 0``: one call per sample and no warm-up, for calls of seconds each
+    (``harness compare --long``), whose kernels were compiled on a small input first.
+    """
+    if min_sample_s == 0:
+        return 1
     fn()                                        # warm-up: compile, page in, fill caches
     t0 = time.perf_counter()
     fn()
@@ -78,6 +84,22 @@ def median_interval(samples, seed=0):
     return med, float(ci.low), float(ci.high)
 
 
+def paired_ratio(a, b, seed=0):
+    """(median(a) / median(b), low, high): the ratio of two callables' medians, timed in the
+    same rounds, and its 95 % interval from resampling the rounds in pairs (round r of a
+    goes with round r of b, so a load that slowed both cancels); NaN bounds under 3 rounds."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must hold the same rounds, got {a.shape} and {b.shape}.")
+    ratio = float(np.median(a) / np.median(b))
+    if a.size < 3:
+        return ratio, math.nan, math.nan
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(RESAMPLES, a.size))
+    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    lo, hi = np.quantile(boot, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    return ratio, float(lo), float(hi)
+
+
 def noise_floor(fn, rounds=9, min_sample_s=0.02, seed=0):
     """The same callable timed under two labels, interleaved: any ratio between them is noise.
 
@@ -86,12 +108,7 @@ def noise_floor(fn, rounds=9, min_sample_s=0.02, seed=0):
     two timings here are not told apart (the interval's larger distance from 1)}.
     """
     samples, _ = time_interleaved({"a": fn, "b": fn}, rounds, min_sample_s, seed=seed)
-    a, b = samples["a"], samples["b"]
-    ratio = float(np.median(a) / np.median(b))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, rounds, size=(RESAMPLES, rounds))         # paired: the same rounds
-    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
-    lo, hi = (float(q) for q in np.quantile(boot, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]))
+    ratio, lo, hi = paired_ratio(samples["a"], samples["b"], seed)
     return {"noise_ratio": ratio, "noise_ratio_lo": lo, "noise_ratio_hi": hi,
             "noise_floor": max(abs(hi - 1.0), abs(1.0 - lo), abs(ratio - 1.0))}
 

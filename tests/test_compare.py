@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from _deps import require_module
-from harness import cli, compare, config, timing
+from harness import cli, compare, config, models, timing
 
 TOL = {"float32": 2e-4, "float64": 1e-10}
 
@@ -20,7 +20,8 @@ def test_every_peer_agrees_with_the_harness(case):
     y_h, dx_h = impls["harness"][2]()
     assert "numpy" in impls
     checked = 0
-    for name, (_, _, outputs) in impls.items():
+    for name, fs in impls.items():
+        outputs = fs[2]
         if name == "harness" or outputs is None:
             continue
         y, dx = outputs()
@@ -32,6 +33,49 @@ def test_every_peer_agrees_with_the_harness(case):
     assert checked >= 1
 
 
+def _dx(result):
+    """dX out of what a forward+backward callable returns: a grads object, a tuple or a tensor."""
+    dx = getattr(result, "dX", result[0] if isinstance(result, tuple) else result)
+    return np.asarray(dx.detach() if hasattr(dx, "detach") else dx, dtype=np.float64)
+
+
+@pytest.mark.parametrize("T", [1, 255, 257, 521])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tiled_attention_peers_agree_forward_and_both_passes(T, dtype):
+    """The --long case's implementations, at lengths around the peers' 256-row blocks and
+    the kernel's tiles: every forward, every forward+backward and every backward from a
+    kept output give the NumPy-by-blocks peer's Y and dX, which the full-grid reference gives."""
+    from harness import reference
+    case = compare.Case("attention", 1, T, 8, dtype, "tiled")
+    impls = compare.implementations(case, seed=5)
+    X, W = models.get("attention").inputs(T, 8, 1, dtype, 5)
+    y_ref, _ = reference.attention_forward(*(a.astype(np.float64) for a in (X, *W)))
+    tol = TOL[dtype] * np.abs(y_ref).max()
+    assert {"harness", "numpy"} <= set(impls)
+    y_h, dx_h = impls["harness"][2]()
+    assert np.abs(y_h - y_ref).max() <= tol
+    for name, (fwd, _, outputs, both) in impls.items():
+        y, dx = outputs()
+        assert np.abs(np.asarray(y, dtype=np.float64) - y_ref).max() <= tol, name
+        assert np.abs(np.asarray(dx, dtype=np.float64) - dx_h).max() <= TOL[dtype] * np.abs(dx_h).max(), name
+        assert np.abs(_dx(both()) - dx_h).max() <= TOL[dtype] * np.abs(dx_h).max(), name
+        y_f = fwd()
+        y_f = y_f[0] if isinstance(y_f, tuple) else y_f
+        assert np.abs(np.asarray(y_f, dtype=np.float64) - y_ref).max() <= tol, name
+
+
+def test_a_kernel_the_family_lacks_is_named():
+    with pytest.raises(ValueError, match="kernel of rnn must be one of"):
+        compare.implementations(compare.Case("rnn", 1, 8, 4, "float64", "tiled"))
+
+
+def test_long_comparison_is_tiled_attention_at_long_lengths():
+    cs = compare.cases(config.LONG_COMPARE)
+    assert {(c.model, c.kernel) for c in cs} == {("attention", "tiled")}
+    assert sorted({c.T for c in cs}) == [4096, 8192, 16384, 32768] and {c.d for c in cs} == {64, 256}
+    assert models.get("attention").kernel("tiled").directions == ("forward", "forward+backward")
+
+
 def test_torch_is_a_peer_when_installed():
     require_module("torch", "pip install -e '.[torch]'")
     case = compare.cases(config.QUICK_COMPARE)[0]
@@ -39,7 +83,7 @@ def test_torch_is_a_peer_when_installed():
 
 
 def test_run_comparison_frames():
-    cfg = dataclasses.replace(config.QUICK_COMPARE, repeats=2, dtypes=("float64",))
+    cfg = dataclasses.replace(config.QUICK_COMPARE, repeats=3, dtypes=("float64",))
     timings, summary = compare.run_comparison(cfg)
     assert {"model", "T", "d", "dtype", "direction", "impl", "median_s", "ratio_to_harness",
             "blas_threads", "numba_threads", "OPENBLAS_CORETYPE"} <= set(timings.columns)
@@ -47,7 +91,13 @@ def test_run_comparison_frames():
     assert len(summary) == 2 * len(compare.cases(cfg))
     peers = summary[["speedup_vs_numpy", "speedup_vs_fastest"]]
     assert (peers.speedup_vs_fastest <= peers.speedup_vs_numpy + 1e-12).all()
-    att = summary[summary.model == "attention"].set_index("direction")
+    assert (summary.speedup_lo <= summary.speedup_vs_fastest).all()
+    assert (summary.speedup_vs_fastest <= summary.speedup_hi).all()
+    tiled = summary[summary.kernel == "tiled"]
+    assert list(tiled.direction) == ["forward", "forward+backward"]
+    both = timings[(timings.kernel == "tiled") & (timings.direction == "forward+backward")]
+    assert set(both.impl) >= {"harness", "numpy"}
+    att = summary[(summary.model == "attention") & (summary.kernel == "default")].set_index("direction")
     assert att.harness_over_gemm.notna().to_dict() == {"forward": True, "backward": False}
 
 
@@ -83,7 +133,8 @@ def test_ratios_are_computed_from_the_samples(monkeypatch):
 def test_cli_quick_writes_csvs(tmp_path, capsys):
     assert cli.main(["compare", "--quick", "--repeats", "1", "--out", str(tmp_path)]) == 0
     s = pd.read_csv(tmp_path / "compare_summary.csv")
-    assert set(s.direction) == {"forward", "backward"}
+    assert set(s.direction) == {"forward", "backward", "forward+backward"}
+    assert set(s.kernel) == {"default", "tiled"}
     assert "speedup_vs_fastest" in capsys.readouterr().out
 
 

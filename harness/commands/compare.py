@@ -15,6 +15,7 @@ of the benchmark issue.
 example:
   harness compare --threads 1 --out reports/compare
   harness compare --quick            # tiny sizes, seconds: a smoke test
+  harness compare --long             # tiled attention, T = 4096 to 32,768: ~15 minutes
 """
 
 EXAMPLE = "harness compare --threads 1 --out reports/compare"
@@ -28,9 +29,14 @@ def add_arguments(p):
                    "compare_summary.csv (default: %(default)s)")
     p.add_argument("--threads", type=int, default=C.COMPARE.threads,
                    help="BLAS, Numba and torch threads, set together (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=C.COMPARE.repeats,
-                   help="samples per implementation, interleaved rounds (default: %(default)s)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the machinery only")
+    p.add_argument("--repeats", type=int, default=None,
+                   help=f"samples per implementation, interleaved rounds (default: {C.COMPARE.repeats})")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny sizes: checks the machinery only")
+    size.add_argument("--long", action="store_true",
+                      help="attention's tiled kernel at T = 4096 to 32,768 against PyTorch's SDPA "
+                      "and NumPy by blocks, forward and forward+backward (about 15 minutes; "
+                      f"{C.LONG_COMPARE.repeats} rounds unless --repeats)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -42,11 +48,12 @@ def run(args):
     if not 1 <= args.threads <= ncpu:
         raise UsageError(f"--threads: must be between 1 and {ncpu} (this machine's cores), "
                          f"got {args.threads}")
-    if args.repeats < 1:
+    if args.repeats is not None and args.repeats < 1:
         raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
     from harness._io import output_dir
-    base = C.QUICK_COMPARE if args.quick else C.COMPARE
-    config = dataclasses.replace(base, threads=args.threads, repeats=args.repeats)
+    base = C.QUICK_COMPARE if args.quick else C.LONG_COMPARE if args.long else C.COMPARE
+    config = dataclasses.replace(base, threads=args.threads,
+                                 repeats=base.repeats if args.repeats is None else args.repeats)
     with output_dir(args.out, files=FILES) as out:
         return _run(args, config, out)
 

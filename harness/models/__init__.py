@@ -60,6 +60,24 @@ class Form:
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """A compiled forward and backward of a family that ``harness compare`` times.
+
+    A family's own ``forward`` and ``backward`` are its kernel "default"; a
+    family may add others (``Family.kernels``: attention's tiled kernel, which never
+    stores the T x T weights), each with the peers it is measured against and the
+    directions it is timed in: "forward", "backward" (from a stored forward output)
+    and "forward+backward" (a training step's two passes together).
+    """
+    name: str
+    forward: Callable               # forward(X, *weights) -> output
+    backward: Callable              # backward_from(X, weights, output, d_output) -> grads
+    peers: Callable                 # (X, weights, d_output, torch or None) -> {impl: (fwd, bwd, outputs, fwd+bwd)}
+    compare_target: Callable        # (batch, direction, T, d) -> (speed-up needed, GEMM floor or None, words)
+    directions: tuple = ("forward", "backward")
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     title: str                      # how captions and tables name it
@@ -82,6 +100,17 @@ class Family:
     grid_elements: Callable = lambda T, batch: 0   # elements of the largest (B, T, T) array it allocates
     forms: tuple = ()               # further traced Forms beside reference_forward (a scan beside a loop)
     scaling: Callable | None = None  # () -> tidy frame: the family's own strong-scaling check, or None
+    kernels: tuple = ()             # further Kernels that ``harness compare`` times (by name)
+
+    def kernel(self, name="default", arg="kernel"):
+        """The compared Kernel called ``name`` ("default": the family's own forward and backward)."""
+        if name == "default":
+            return Kernel("default", self.forward, self.backward, self.peers, self.compare_target)
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise ValueError(f"{arg} of {self.name} must be one of "
+                         f"{['default', *(k.name for k in self.kernels)]!r}, got {name!r}.")
 
 
 def get(name, arg="model"):

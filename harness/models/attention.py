@@ -20,7 +20,7 @@ from harness import attention, reference, trace
 from harness._blas import matmul
 from harness._fit import fit_rate
 from harness._validate import as_float_array, check_int, check_memory, check_real, check_seed
-from harness.models import Family, Variant
+from harness.models import Family, Kernel, Variant
 
 
 # ------------------------------------------------------------------ counts and inputs
@@ -278,10 +278,16 @@ def peers(X, W, dY, torch=None):
         matmul(S, V, Yb)
 
     impls["gemm"] = (gemm_forward, None, None)
-    if torch is None:
-        return impls
+    if torch is not None:
+        impls["torch"] = _torch_peer(X, W, dY, torch)
+    return impls
+
+
+def _torch_peer(X, W, dY, torch):
+    """PyTorch: projections, then SDPA (its tiled kernel), autograd for the backward.
+    (forward, backward from a kept graph, outputs, forward+backward)."""
     F = torch.nn.functional
-    Xt, Wqt, Wkt, Wvt = (torch.from_numpy(a) for a in (X, Wq, Wk, Wv))
+    Xt, Wqt, Wkt, Wvt = (torch.from_numpy(a) for a in (X, *W))
 
     def t_forward():
         with torch.no_grad():
@@ -299,7 +305,31 @@ def peers(X, W, dY, torch=None):
         out.backward(g, retain_graph=True)
         return t_forward().numpy(), Xg.grad.numpy()
 
-    impls["torch"] = (t_forward, t_backward, t_outputs)
+    def t_forward_backward():
+        Xf = Xt.clone().requires_grad_(True)
+        F.scaled_dot_product_attention(*_heads(Xf @ Wqt, Xf @ Wkt, Xf @ Wvt))[0, 0].backward(g)
+        return Xf.grad
+
+    return t_forward, t_backward, t_outputs, t_forward_backward
+
+
+def tiled_peers(X, W, dY, torch=None):
+    """At long T, the peers that keep no T x T array either: NumPy by blocks of 256 query
+    rows (``reference.attention_forward_blocked``) and PyTorch's SDPA, which is tiled."""
+    if X.ndim != 2:
+        raise ValueError(f"X must be (T, d) for the tiled kernel's peers, got shape {X.shape}.")
+    Y, L = reference.attention_forward_blocked(X, *W)
+
+    def n_forward_backward():
+        return reference.attention_backward_blocked(X, *W, *reference.attention_forward_blocked(X, *W), dY)
+
+    impls = {"numpy": (lambda: reference.attention_forward_blocked(X, *W),
+                       lambda: reference.attention_backward_blocked(X, *W, Y, L, dY),
+                       lambda: (reference.attention_forward_blocked(X, *W)[0],
+                                reference.attention_backward_blocked(X, *W, Y, L, dY)[0]),
+                       n_forward_backward)}
+    if torch is not None:
+        impls["torch"] = _torch_peer(X, W, dY, torch)
     return impls
 
 
@@ -322,4 +352,7 @@ FAMILY = Family(
     timed=TIMED, decay_jobs=decay_jobs, gradient_path=gradient_path, path_summary=path_summary,
     path_memory=path_memory, peers=peers, compare_target=compare_target,
     grid_elements=lambda T, batch: batch * T * T,       # A, (B, T, T): kept for the backward
+    kernels=(Kernel("tiled", tiled_forward, backward_from, tiled_peers,
+                    lambda batch, direction, T, d: (1.0, None, "at least as fast as the fastest peer"),
+                    directions=("forward", "forward+backward")),),
 )
