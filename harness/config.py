@@ -111,6 +111,16 @@ class CompareConfig:
 
 
 @dataclass(frozen=True)
+class MemoryConfig:
+    """Peak memory of the compiled forwards over T (``harness.peakmem``)."""
+    T_values: tuple = (256, 1024, 4096, 16384)   # a float32 T x T grid is 1 GiB at the top
+    d: int = 64
+    dtype: str = "float32"
+    threads: int = 1
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class ReportConfig:
     """The report: the analysers' configs, at the report's sizes."""
     decay: DecayConfig = DecayConfig(Ts=(1001,))   # distances 1..1000: "the signal from 1000 steps back"
@@ -122,6 +132,7 @@ class ReportConfig:
     path_T: tuple = (64, 256, 1024, 4096)          # attention's path level against T ...
     path_input_scales: tuple = (0.5, 1.0, 2.0, 4.0)  # ... and against the size of its inputs
     wall: WallConfig = WallConfig()
+    memory: MemoryConfig = MemoryConfig()
     lessons: LessonConfig = LessonConfig(va_scales=(0.25, 0.5, 1.0, 2.0, 4.0))
     asv_results: str = ".asv/results"
 
@@ -148,7 +159,8 @@ LONG_COMPARE = CompareConfig(cases=tuple(("attention", 1, T, d, "tiled")
                                          for T in (4096, 8192, 16384, 32768) for d in (64, 256)),
                              dtypes=("float32",), repeats=3, min_sample_s=0.0)
 QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=5),
-                       path_T=REPORT.path_T[:-1])
+                       path_T=REPORT.path_T[:-1],
+                       memory=replace(REPORT.memory, T_values=REPORT.memory.T_values[:-1]))
 
 
 # ----------------------------------------------------------------------------- LRU

@@ -37,7 +37,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from harness import (claims, clipping, depth, gradpath, lessons, machine, models,  # noqa: E402
-                     schedule, timing, walltime)
+                     peakmem, schedule, timing, walltime)
 from harness._fit import log_crossing  # noqa: E402
 from harness import _interrupt  # noqa: E402
 from harness._io import UsageError, atomic_write_text, check_name, remove_stale, umask  # noqa: E402
@@ -244,6 +244,19 @@ def caption_wall(f):
             f"takes {r.seconds_per_step.median() * 1e6:.1f} µs per step (median over T).{floor}")
 
 
+def caption_memory(f):
+    m = f["peak_memory"]
+    top = m[m["T"] == m["T"].max()].sort_values("peak_bytes")
+    growth = peakmem.growth_exponents(m)
+    each = "; ".join(f"{r.model} {r.peak_bytes / 2**20:.1f} MiB (T^{growth[r.model]:.2f})"
+                     for r in top.itertuples())
+    low, high = top.iloc[0], top.iloc[-1]
+    return (f"Peak resident memory of one forward call ({m.dtype.iloc[0]}, d = {int(m.d.iloc[0])}, "
+            f"outputs included, inputs not), each variant measured in a fresh process. At "
+            f"T = {int(top['T'].iloc[0])}: {each}; in brackets, the growth from the two largest T. "
+            f"{high.model} needs {high.peak_bytes / low.peak_bytes:.0f} times what {low.model} needs.")
+
+
 def caption_attention_path(f):
     lv = f["attention_level"]
     base = lv[lv.input_scale == lv.input_scale.min()].sort_values("T")
@@ -278,7 +291,7 @@ CAPTIONS = {
     "decay": caption_decay, "clipping": caption_clipping, "depth": caption_depth,
     "schedule": caption_schedule, "work": caption_work, "maps": caption_maps,
     "additive": caption_additive, "wall": caption_wall, "history": caption_history,
-    "attention_path": caption_attention_path,
+    "attention_path": caption_attention_path, "memory": caption_memory,
 }
 
 
@@ -481,6 +494,15 @@ def figure_wall(f):
     return g.figure
 
 
+def figure_memory(f):
+    m = f["peak_memory"].assign(peak_mib=lambda x: x.peak_bytes / 2**20)
+    g = sns.relplot(data=m, x="T", y="peak_mib", hue="model", kind="line", marker="o",
+                    height=3.6, aspect=1.5)
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("T", "peak memory of one forward (MiB)")
+    return g.figure
+
+
 def figure_history(f):
     h = f["asv_history"]
     g = sns.relplot(data=h, x="commit", y="seconds", hue="series", col="T", kind="line",
@@ -554,7 +576,7 @@ def kernel_history(h, d=256, batch=1, dtype="float64"):
 
 # --------------------------------------------------------------------- build
 
-STAGES = 7          # the progress calls of _sections, for a bar with a count
+STAGES = 8          # the progress calls of _sections, for a bar with a count
 
 
 def _sections(config, progress):
@@ -611,6 +633,11 @@ def _sections(config, progress):
     yield ("wall", "Measured: forward time against T",
            {"wall_times": wall, "wall_samples": wall.attrs["samples"], "exponents": expo,
             "rates": rates_frame}, [("wall_times", figure_wall)])
+
+    progress("peak memory over T, a fresh process per variant")
+    mem = peakmem.measure(config.memory)
+    yield ("memory", "Measured: peak memory against T", {"peak_memory": mem},
+           [("peak_memory", figure_memory)])
 
     progress("attention experiments of the lessons")
     maps = lessons.self_attention_maps(config.lessons)

@@ -1961,6 +1961,7 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
         (report.timing, "noise_floor"): _Recorder("noise", lambda *a: {"noise_floor": 0.01}),
         (report.walltime, "measured_crossover"): _Recorder("crossover"),
         (report.walltime, "fit_exponents"): _Recorder("exponents"),
+        (report.peakmem, "measure"): _Recorder("memory"),
         (report.lessons, "self_attention_maps"): _Recorder("maps"),
         (report.lessons, "diagonal_share"): _Recorder("diagonal"),
         (report.lessons, "row_max_vs_dk"): _Recorder("row_max"),
@@ -1990,6 +1991,7 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     (cross_args, _), = calls["crossover"]
     assert cross_args[1] == cfg.wall and cross_args[2] == {"gemm_gmacs": 2.0, "noise_floor": 0.01}
     assert calls["exponents"][0][0][1] == cfg.wall.fit_min_T
+    assert calls["memory"] == [((cfg.memory,), {})]
     assert calls["row_max"] == [((cfg.lessons,), {})] and calls["maps"] == [((cfg.lessons,), {})]
     assert calls["routes"] == [((cfg.lessons.va_scales,), {})]
     by_key = {key: (frames, figs) for key, _, frames, figs in sections}
@@ -2009,6 +2011,7 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     wall = by_key["wall"][0]
     assert wall["wall_times"].made_by[0] == "wall" and wall["exponents"].made_by[0] == "exponents"
     assert wall["wall_samples"].made_by[0] == "wall samples"
+    assert by_key["memory"][0]["peak_memory"].made_by[0] == "memory"
     assert by_key["maps"][0]["row_max_lesson"].made_by[0] == "lesson_draw"
     assert by_key["additive"][0]["additive_routes"].made_by[0] == "routes"
     assert "history" not in by_key                       # no asv results: no section
