@@ -145,3 +145,19 @@ def test_cli_errors(tmp_path, capsys, argv, word):
     assert cli.main(["compare", "--quick", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert word in err and err.count("\n") == 0
+
+
+@pytest.mark.parametrize("case", [c for c in compare.cases(config.QUICK_COMPARE)
+                                  if "gemm" in compare.implementations(c)], ids=str)
+def test_the_blas_floors_run_in_every_layout(case):
+    """The floors (the kernels' products alone) run for every family and layout that has one:
+    unbatched and batched, float32 (the RNN's column form) and float64."""
+    fwd, bwd = compare.implementations(case)["gemm"][:2]
+    assert fwd() is None
+    assert bwd is None or bwd() is None
+
+
+def test_the_rnn_floor_is_timed_in_both_directions():
+    case = compare.Case("rnn", 3, 16, 8, "float32")
+    fwd, bwd, outputs = compare.implementations(case)["gemm"][:3]
+    assert fwd is not None and bwd is not None and outputs is None

@@ -322,7 +322,8 @@ def path_memory(T, d, config):
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dH, torch=None):
-    """The NumPy step loop of ``harness.reference`` and, with PyTorch, ``torch.nn.RNN`` + autograd."""
+    """The NumPy step loop of ``harness.reference`` and, with PyTorch, ``torch.nn.RNN`` + autograd;
+    and the kernels' BLAS calls alone (``gemm``), the floor their overhead is measured against."""
     W_xh, W_hh = W
     H = rnn.forward(X, W_xh, W_hh)
     impls = {
@@ -330,6 +331,9 @@ def peers(X, W, dH, torch=None):
                   lambda: reference.rnn_backward(X, H, W_xh, W_hh, dH),
                   lambda: (reference.rnn_forward(X, W_xh, W_hh),
                            reference.rnn_backward(X, H, W_xh, W_hh, dH)[0])),
+        # the floor: the kernels' own BLAS calls, in their shapes, and nothing else
+        "gemm": (rnn.forward_blas_only(X, W_xh, W_hh), rnn.backward_blas_only(X, H, W_xh, W_hh),
+                 None),
     }
     if torch is None:
         return impls
