@@ -161,3 +161,11 @@ def test_the_rnn_floor_is_timed_in_both_directions():
     case = compare.Case("rnn", 3, 16, 8, "float32")
     fwd, bwd, outputs = compare.implementations(case)["gemm"][:3]
     assert fwd is not None and bwd is not None and outputs is None
+
+
+def test_quick_and_long_are_one_or_the_other(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "--quick", "--long", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--long: not allowed with argument --quick" in err and err.count("\n") == 0
