@@ -611,3 +611,11 @@ def test_clipping_is_exact_for_any_finite_rho():
         for when in ("before", "after"):
             assert row[f"log10_far_over_near_{when}"] == pytest.approx(4 * math.log10(rho) + inputs,
                                                                     rel=1e-12, abs=1e-9)
+
+
+def test_attention_rows_carry_no_rnn_theory():
+    """Attention has no spectral radius: its rows leave rho, the linear RNN's k log10 rho and
+    the bound empty (NaN), never a number a plot could draw as a theory line."""
+    att = matt.attention_paths(T=6, d=3, seed=2)
+    assert att[["rho", "log10_linear", "log10_bound", "log10_probe"]].isna().all().all()
+    assert (att.log10_norm == att.log10_spectral).all()

@@ -215,7 +215,7 @@ def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=No
         "model": FAMILY.name, "weight": "gaussian", "activation": "softmax", "rho": np.nan,
         "input_scale": float(input_scale), "T": T, "d": d, "seed": seed, "sigma_max": np.nan,
         "distance": k, "log10_norm": total[idx], "log10_probe": np.nan, "log10_spectral": total[idx],
-        "log10_linear": 0.0, "log10_bound": np.nan,
+        "log10_linear": np.nan, "log10_bound": np.nan,
         "log10_value": value[idx], "log10_score": score[idx],
     })
 
