@@ -23,6 +23,7 @@ backward recomputes each tile's weights (FlashAttention's scheme, on the CPU).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Optional
 
@@ -366,9 +367,13 @@ def _score_range(Q, K, factor):
     return np.ldexp(Q, -e), factor * 2.0 ** e, e
 
 
+@functools.lru_cache(maxsize=256)
 def _sample_rows(T):
-    """Up to 8 rows, spread over 0..T-1, that the backward's cheap checks recompute."""
-    return np.unique(np.linspace(0, T - 1, min(T, 8)).round().astype(np.int64))
+    """Up to 8 rows, spread over 0..T-1, that the backward's cheap checks recompute
+    (kept per T, read-only: the same few lengths come back call after call)."""
+    rows = np.unique(np.linspace(0, T - 1, min(T, 8)).round().astype(np.int64))
+    rows.flags.writeable = False
+    return rows
 
 
 @njit(cache=True)
