@@ -457,3 +457,73 @@ def test_a_projection_that_overflows_is_named():
     X, Wq, Wk, Wv = make_self(43)
     with pytest.raises(FloatingPointError, match=r"^the projection Q = X Wq overflows float64"):
         at.forward(X * 1e306, Wq * 1e10, Wk * 1e10, Wv * 1e10)
+
+
+# ------------------------------------------- the forward's projections, kept for the backward
+
+def _counting_projections(monkeypatch):
+    calls = []
+    real = at._projections
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return real(*args)
+
+    monkeypatch.setattr(at, "_projections", counted)
+    return calls
+
+
+@pytest.mark.parametrize("return_weights", [True, False])
+def test_backward_reuses_the_forwards_projections_of_the_same_inputs(monkeypatch, return_weights):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((2, 9, 4))
+    W = [rng.standard_normal((4, 3)) for _ in range(3)]
+    dY = rng.standard_normal((2, 9, 3))
+    at._kept.entry = None
+    fresh = at.backward(X, *W, at.forward(X, *W, return_weights=return_weights)[1], dY)
+    calls = _counting_projections(monkeypatch)
+    Y, A = at.forward(X, *W, return_weights=return_weights)
+    g = at.backward(X.copy(), *(w.copy() for w in W), A, dY, Y=Y)   # equal values, other arrays
+    assert calls == [(18, 4)]                                       # the forward's only
+    for a, b in zip(g, fresh):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_backward_recomputes_after_x_changed_in_place(monkeypatch):
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((7, 4))
+    W = [rng.standard_normal((4, 4)) for _ in range(3)]
+    dY = rng.standard_normal((7, 4))
+    calls = _counting_projections(monkeypatch)
+    Y, A = at.forward(X, *W)
+    X[3, 1] += 0.5                                   # one element, in place, after the forward
+    with pytest.raises(ValueError, match="does not match this forward"):
+        at.backward(X, *W, A, dY, Y=Y)               # A no longer follows from X: said so
+    assert len(calls) == 2                           # and the projections were made again
+    Y2, A2 = at.forward(X, *W)
+    assert len(calls) == 3
+    g = at.backward(X, *W, A2, dY, Y=Y2)
+    assert len(calls) == 3
+    ref = naive.attention_backward(X, *W, dY)        # the loop twin, from the changed X
+    np.testing.assert_allclose(g.dX, ref[0], rtol=1e-10, atol=1e-12)
+
+
+def test_other_weights_or_another_thread_never_see_the_kept_projections(monkeypatch):
+    import threading
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((6, 3))
+    W = [rng.standard_normal((3, 3)) for _ in range(3)]
+    dY = rng.standard_normal((6, 3))
+    Y, A = at.forward(X, *W)
+    calls = _counting_projections(monkeypatch)
+    W2 = [w.copy() for w in W]
+    W2[2][0, 0] = -W2[2][0, 0]                       # Wv differs: Q and K alone would match
+    at.backward(X, *W2, A, dY)
+    assert len(calls) == 1
+    at.forward(X, *W)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(at._kept_projections(X[None], tuple(W))))
+    t.start()
+    t.join()
+    assert seen == [None]                             # kept per thread
+    assert at._kept_projections(X[None], tuple(W)) is not None
