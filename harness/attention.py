@@ -333,7 +333,9 @@ def _project(X3, Wq, Wk, Wv, reuse=False):
     B, T, d_model = X3.shape
     Q, K, V = (_workspace.buffer(name, (B * T, W.shape[1]), X3.dtype)
                for name, W in (("Q", Wq), ("K", Wk), ("V", Wv)))
-    _keep_projections(X3, (Wq, Wk, Wv), None)     # the buffers change: nothing kept meanwhile
+    kept = getattr(_kept, "entry", None)
+    if kept is not None:                          # the buffers change: nothing kept meanwhile
+        _kept.entry = (kept[0], None)
     _projections(X3.reshape(B * T, d_model), Wq, Wk, Wv, Q, K, V)
     for name, P in (("Q = X Wq", Q), ("K = X Wk", K), ("V = X Wv", V)):
         _check_finite(name, P, "the projection")
