@@ -16,6 +16,7 @@ floor.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -53,8 +54,12 @@ def measure_here(variant, T_values, d, dtype, seed=0):
         with open(CLEAR_REFS, "w") as f:                        # VmHWM := VmRSS
             f.write("5")
         base = _status("VmRSS:")
-        out = v.call(*args)
-        peak = _status("VmHWM:") - base
+        try:
+            out = v.call(*args)
+        except MemoryError:                     # the kernel's own check: it would not fit here
+            out, peak = (), math.nan
+        else:
+            peak = _status("VmHWM:") - base
         rows.append({"model": variant, "T": T, "d": d, "dtype": dtype, "peak_bytes": peak,
                      "output_bytes": sum(a.nbytes for a in _arrays(out)),
                      "estimate_bytes": v.bytes(T, d)})
@@ -70,7 +75,8 @@ def measure(config=DEFAULT, variants=None):
     """Peak memory of every timed variant (or of ``variants``) at each of ``config.T_values``:
     one row per (model, T) with ``peak_bytes``, ``output_bytes`` and the variant's own
     estimate ``estimate_bytes`` (which the analysers use to refuse sizes that do not fit;
-    it counts the inputs too, so it lies above the peak)."""
+    it counts the inputs too, so it lies above the peak). A call the kernel refuses with
+    a MemoryError (it would not fit in this machine's memory) has NaN for ``peak_bytes``."""
     if not os.path.exists(CLEAR_REFS):
         raise OSError(f"measuring peak memory needs Linux's {CLEAR_REFS}, which this system lacks.")
     known = models.variants()
@@ -100,11 +106,15 @@ def measure(config=DEFAULT, variants=None):
 
 
 def growth_exponents(frame):
-    """{model: the slope of log peak_bytes against log T between the two largest T}: 2 for
-    what stores a T x T grid, 1 for what stores a few (T, d) arrays."""
+    """{model: the slope of log peak_bytes against log T between the two largest measured T}:
+    2 for what stores a T x T grid, 1 for what stores a few (T, d) arrays (NaN with fewer
+    than two measured T)."""
     out = {}
-    for model, g in frame.groupby("model", sort=False):
+    for model, g in frame.dropna(subset=["peak_bytes"]).groupby("model", sort=False):
         g = g.sort_values("T")
+        if len(g) < 2:
+            out[model] = math.nan
+            continue
         (t0, p0), (t1, p1) = g[["T", "peak_bytes"]].to_numpy(float)[-2:]
         out[model] = float(np.log(p1 / p0) / np.log(t1 / t0))
     return out

@@ -245,7 +245,7 @@ def caption_wall(f):
 
 
 def caption_memory(f):
-    m = f["peak_memory"]
+    m = f["peak_memory"].dropna(subset=["peak_bytes"])
     top = m[m["T"] == m["T"].max()].sort_values("peak_bytes")
     growth = peakmem.growth_exponents(m)
     each = "; ".join(f"{r.model} {r.peak_bytes / 2**20:.1f} MiB (T^{growth[r.model]:.2f})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 
 import pandas as pd
@@ -93,3 +94,22 @@ def test_bad_arguments_are_named(change, words):
     variants = change.pop("variants", ["rnn"])
     with pytest.raises(ValueError, match=words):
         peakmem.measure(dataclasses.replace(SMALL, **change), variants=variants)
+
+
+def test_a_call_that_would_not_fit_is_nan_and_left_out_of_the_growth(monkeypatch):
+    from harness import models
+    fam, v = models.variants()["rnn"]
+
+    def refuse(*args):
+        if args[0].shape[0] > 100:
+            raise MemoryError("X would not fit")
+        return v.call(*args)
+
+    monkeypatch.setattr(models, "variants",
+                        lambda: {"rnn": (fam, dataclasses.replace(v, call=refuse))})
+    rows = pd.DataFrame(peakmem.measure_here("rnn", (16, 64, 256), 4, "float64"))
+    assert rows.peak_bytes.isna().tolist() == [False, False, True]
+    assert rows.output_bytes.tolist()[2] == 0
+    g = peakmem.growth_exponents(rows.assign(peak_bytes=[1.0, 4.0, float("nan")]))
+    assert g == {"rnn": pytest.approx(1.0)}                  # from T = 16 and 64 only
+    assert math.isnan(peakmem.growth_exponents(rows.iloc[:1])["rnn"])
