@@ -29,6 +29,20 @@ def buffer(name, shape, dtype):
     return flat[:size].reshape(shape)
 
 
+def kept(name):
+    """What ``keep(name, value)`` last kept in this thread (None if nothing, or after ``clear``)."""
+    return getattr(_local, "kept", {}).get(name)
+
+
+def keep(name, value):
+    """Keep ``value`` under ``name`` for this thread, beside the buffers (``clear`` drops it)."""
+    cache = getattr(_local, "kept", None)
+    if cache is None:
+        cache = _local.kept = {}
+    cache[name] = value
+
+
 def clear():
-    """Drop every kept buffer (of this thread)."""
+    """Drop every kept buffer and value (of this thread)."""
     _local.buffers = {}
+    _local.kept = {}

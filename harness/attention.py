@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -286,16 +285,17 @@ def tiled_bytes(B, T, d_model, d_k, d_v, itemsize, backward=False):
     return (rows + tiles + parts) * itemsize + 8 * (B * T + 3 * tq + tk)
 
 
-# The last projections made in this thread, and copies of the inputs they were made from:
-# a backward whose X and weights equal those copies, element for element, reuses them
-# instead of redoing the three GEMMs (as autograd keeps Q, K, V from the forward). At
-# T = 512, d = 256 the projections are 201 of the backward's 1,140 MFLOP.
-_kept = threading.local()
+# The last projections made in this thread, and copies of the inputs they were made from
+# (``_workspace.keep``: ``_workspace.clear`` drops them with the buffers): a backward whose
+# X and weights equal those copies, element for element, reuses them instead of redoing
+# the three GEMMs (as autograd keeps Q, K, V from the forward). At T = 512, d = 256 the
+# projections are 201 of the backward's 1,140 MFLOP.
+_KEPT = "projections"
 
 
 def _kept_projections(X3, Ws):
     """The kept (Q, K, V) if they were made from exactly these X and weights, else None."""
-    kept = getattr(_kept, "entry", None)
+    kept = _workspace.kept(_KEPT)
     if kept is None:
         return None
     inputs, qkv = kept
@@ -306,14 +306,14 @@ def _kept_projections(X3, Ws):
 
 
 def _keep_projections(X3, Ws, qkv):
-    old = getattr(_kept, "entry", None)
+    old = _workspace.kept(_KEPT)
     inputs = old[0] if old is not None else ()
     if len(inputs) != 4 or any(a.shape != b.shape or a.dtype != b.dtype
                                for a, b in zip(inputs, (X3, *Ws))):
         inputs = tuple(np.empty_like(a) for a in (X3, *Ws))
     for kept, a in zip(inputs, (X3, *Ws)):
         np.copyto(kept, a)
-    _kept.entry = (inputs, qkv)
+    _workspace.keep(_KEPT, (inputs, qkv))
 
 
 def _project(X3, Wq, Wk, Wv, reuse=False):
@@ -333,9 +333,9 @@ def _project(X3, Wq, Wk, Wv, reuse=False):
     B, T, d_model = X3.shape
     Q, K, V = (_workspace.buffer(name, (B * T, W.shape[1]), X3.dtype)
                for name, W in (("Q", Wq), ("K", Wk), ("V", Wv)))
-    kept = getattr(_kept, "entry", None)
+    kept = _workspace.kept(_KEPT)
     if kept is not None:                          # the buffers change: nothing kept meanwhile
-        _kept.entry = (kept[0], None)
+        _workspace.keep(_KEPT, (kept[0], None))
     _projections(X3.reshape(B * T, d_model), Wq, Wk, Wv, Q, K, V)
     for name, P in (("Q = X Wq", Q), ("K = X Wk", K), ("V = X Wv", V)):
         _check_finite(name, P, "the projection")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import naive
+from harness import _workspace
 from harness import attention as at
 
 T, D_MODEL, D_K, D_V, B = 5, 4, 3, 2, 2
@@ -479,7 +480,7 @@ def test_backward_reuses_the_forwards_projections_of_the_same_inputs(monkeypatch
     X = rng.standard_normal((2, 9, 4))
     W = [rng.standard_normal((4, 3)) for _ in range(3)]
     dY = rng.standard_normal((2, 9, 3))
-    at._kept.entry = None
+    _workspace.clear()
     fresh = at.backward(X, *W, at.forward(X, *W, return_weights=return_weights)[1], dY)
     calls = _counting_projections(monkeypatch)
     Y, A = at.forward(X, *W, return_weights=return_weights)
@@ -527,3 +528,5 @@ def test_other_weights_or_another_thread_never_see_the_kept_projections(monkeypa
     t.join()
     assert seen == [None]                             # kept per thread
     assert at._kept_projections(X[None], tuple(W)) is not None
+    _workspace.clear()                                # dropped with the buffers
+    assert at._kept_projections(X[None], tuple(W)) is None

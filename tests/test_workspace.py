@@ -42,3 +42,13 @@ def test_rnn_results_are_not_workspace():
         H = rnn.forward(X, W_xh, W_hh)
         return (H,) + tuple(rnn.backward(X, H, W_xh, W_hh, rng.normal(size=H.shape)))
     _results_survive(run)
+
+
+def test_kept_values_are_per_name_and_dropped_by_clear():
+    _workspace.clear()
+    assert _workspace.kept("a") is None
+    _workspace.keep("a", (1, 2))
+    _workspace.keep("b", "x")
+    assert _workspace.kept("a") == (1, 2) and _workspace.kept("b") == "x"
+    _workspace.clear()
+    assert _workspace.kept("a") is None and _workspace.kept("b") is None
