@@ -169,3 +169,16 @@ def test_quick_and_long_are_one_or_the_other(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "--long: not allowed with argument --quick" in err and err.count("\n") == 0
+
+
+def test_cli_long_runs_the_long_config(tmp_path, monkeypatch, capsys):
+    """--long takes LONG_COMPARE (made tiny here) with its own rounds, unless --repeats."""
+    tiny = dataclasses.replace(config.LONG_COMPARE, cases=(("attention", 1, 300, 8, "tiled"),),
+                               repeats=3)
+    monkeypatch.setattr(config, "LONG_COMPARE", tiny)
+    assert cli.main(["compare", "--long", "--quiet", "--out", str(tmp_path)]) == 0
+    t = pd.read_csv(tmp_path / "compare.csv")
+    assert set(t.kernel) == {"tiled"} and set(t["T"]) == {300}
+    assert set(t.direction) == {"forward", "forward+backward"} and (t.repeats == 3).all()
+    assert (t.number == 1).all()                      # min_sample_s = 0: one call a sample
+    assert "forward+backward" in capsys.readouterr().out
