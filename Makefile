@@ -53,10 +53,13 @@ readme-figures: $(VENV)/.installed
 # captions and figures and the file writing ([tool.mutmut] in pyproject.toml); not on CI.
 # A fresh run every time (mutants/ is rebuilt). Survivors: $(BIN)/mutmut results, and one
 # mutant's change: $(BIN)/mutmut show <name>. MUTATE_JOBS: mutants run at once.
+# mutmut forks each mutant's run from a process that has already run the kernels; GNU
+# OpenMP, Numba's default threading layer here, kills a forked child that uses it again
+# (SIGTERM, which mutmut files as "suspicious"), so the run takes Numba's fork-safe workqueue.
 MUTATE_JOBS ?= 2
 mutate: $(VENV)/.installed-test
 	rm -rf mutants
-	$(BIN)/mutmut run --max-children $(MUTATE_JOBS)
+	NUMBA_THREADING_LAYER=workqueue $(BIN)/mutmut run --max-children $(MUTATE_JOBS)
 	$(BIN)/mutmut export-cicd-stats
 	$(BIN)/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
 	caught = s['killed'] + s['timeout'] + s['segfault']; n = s['total'] - s['skipped']; \

@@ -414,3 +414,223 @@ def test_wall_figure_draws_each_interval_in_its_lines_colour():
         want = sorted(((T, lo), (T, hi)) for T, lo, hi in zip(g["T"], g.seconds_lo, g.seconds_hi))
         got = [v for k, v in segs.items() if np.allclose(k, legend[m])]
         assert len(got) == 1 and np.allclose(got[0], want), m
+
+
+# ------------------------------------------------------------------ the linear recurrence
+
+def _lru_decay_frame():
+    """Two radii, k = 1..4: the measured norm a little off k log10 r, so the two curves differ."""
+    return pd.DataFrame([dict(model="lru", rho=r, distance=k, log10_norm=k * math.log10(r) + 0.01 * k,
+                              log10_linear=k * math.log10(r)) for r in (0.5, 0.99) for k in range(1, 5)])
+
+
+def test_lru_decay_figure_draws_each_radius_measured_and_its_line():
+    d = _lru_decay_frame()
+    fig = report.figure_lru_decay({"lru_decay": d})
+    legend = _legend(fig)
+    assert {"max|λ| = 0.5", "max|λ| = 0.99", "measured", "k·log10 r"} <= set(legend)
+    ax = fig.axes[0]
+    for r in (0.5, 0.99):
+        g = d[d.rho == r]
+        assert _curves(ax, legend[f"max|λ| = {r:g}"]) == sorted(
+            [_xy(g.distance, g.log10_norm), _xy(g.distance, g.log10_linear)])
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("distance k",
+                                                  "log10 ‖∂h_T/∂h_(T−k)‖, linear recurrence")
+
+
+def test_recurrence_caption_states_the_scans_span_work_and_exact_decay():
+    # spans and scalar work per form at two T; the scan's work 2.5x the loop's at the larger T
+    rows = []
+    for T, scan_span, loop_span, rnn_span in ((16, 9, 1600, 48), (256, 17, 25600, 768)):
+        rows += [dict(model="lru-scan", T=T, span=scan_span, scalar_work=5 * T),
+                 dict(model="lru", T=T, span=loop_span, scalar_work=2 * T),
+                 dict(model=RECURRENCE, T=T, span=rnn_span, scalar_work=7 * T)]
+    d = pd.DataFrame(rows).sample(frac=1.0, random_state=1)       # any row order
+    lr = _lru_decay_frame()
+    lr.loc[(lr.rho == 0.5) & (lr.distance == 4), "log10_norm"] = -1.25
+    lr.loc[(lr.rho == 0.99) & (lr.distance == 4), "log10_norm"] = -0.04
+    cap = report.caption_recurrence({"scan_depth": d, "lru_decay": lr})
+    assert ("computed by a parallel scan (lru-scan) its span goes from 9 to 17 operations as T "
+            "goes from 16 to 256, like log T, where its step loop's goes from 1,600 to 25,600 and "
+            "the tanh RNN's from 48 to 768. For that, the scan does 2.50× the loop's scalar "
+            "operations at T = 256.") in cap
+    assert cap.endswith("at k = 4, 10^-1.2 for max|λ| = 0.5, 10^-0.0 for max|λ| = 0.99.")
+    assert cap.startswith("A diagonal linear recurrence, h_t = λ ⊙ h_(t−1) + B x_t (LRU, S5, Mamba), "
+                          "is a prefix scan: ")
+
+
+# ------------------------------------------------------------------ what every figure says
+
+def _memory_frame():
+    return pd.DataFrame({"model": ["a"] * 3 + ["b"] * 3, "T": [10, 20, 40] * 2, "d": 4,
+                         "dtype": "float64", "peak_bytes": [2.0**20 * k for k in (1, 2, 4, 4, 16, 64)],
+                         "output_bytes": 0, "estimate_bytes": 0})
+
+
+def _every_figure():
+    """{name: (figure, frames)} for each figure, on the frames the tests above build."""
+    w = _depth_frame()
+    rm = pd.DataFrame([dict(d_k=dk, scaled=sc, row_max=0.3 + 0.01 * i, band_lo=0.1, band_hi=0.9,
+                            draws=50) for i, dk in enumerate((8, 64, 512)) for sc in (False, True)])
+    lesson = pd.DataFrame({"d_k": [8, 512], "scaled": [False, False], "lesson_row_max": [0.5, 0.9]})
+    wall = pd.DataFrame([dict(model=m, T=T, d=8, threads=1, seconds=c * T, seconds_lo=0.9 * c * T,
+                              seconds_hi=1.1 * c * T)
+                         for m, c in ((RECURRENCE, 1e-6), (ATTENTION, 3e-6)) for T in (32, 64, 128)])
+    hist = pd.DataFrame([dict(commit=c, date=pd.Timestamp("2026-01-01") + pd.Timedelta(days=i),
+                              series="rnn forward", T=T, d=256, seconds=(i + 1) * 1e-6)
+                         for i, c in enumerate(("a1", "b2", "c3")) for T in (64, 128, 256, 512, 1024)])
+    lv = pd.DataFrame([dict(T=T, input_scale=s, log10_level=-s, log10_min=-s - 1, log10_max=-s + 1)
+                       for s in (1.0, 4.0) for T in (10, 100, 1000)])
+    routes = pd.DataFrame({"va_scale": [0.25, 0.5, 2.0], "value_norm": [3.0, 2.8, 2.5],
+                           "score_norm": [0.05, 0.26, 4.1]})
+    clip = pd.DataFrame({"rho": [0.5, 1.5], "log10_far_over_near_before": [-4.0, 3.0],
+                         "log10_far_over_near_after": [-4.0, 3.0]})
+    additive = pd.DataFrame([dict(setting=s, i=i, j=j, weight=0.02 * (i + j))
+                             for s in ("tanh", "no tanh") for i in range(3) for j in range(3)])
+    return {
+        "decay": (report.figure_decay, {"decay": _decay_frame()}),
+        "lru_decay": (report.figure_lru_decay, {"lru_decay": _lru_decay_frame()}),
+        "attention_path": (report.figure_attention_path, {"attention_level": lv}),
+        "clipping": (report.figure_clipping, {"clipping": clip}),
+        "depth": (report.figure_depth, {"depth": w}),
+        "schedule": (report.figure_schedule, {"schedule": _schedule_frame()}),
+        "work": (report.figure_work, {"work": w[["model", "T", "d", "macs", "flops"]],
+                                      "crossover": _crossover_frame(20.0, np.nan)}),
+        "maps": (report.figure_maps, {"attention_maps": _maps_frame()}),
+        "additive": (report.figure_additive, {"additive_maps": additive}),
+        "row_max": (report.figure_row_max, {"row_max": rm, "row_max_lesson": lesson}),
+        "routes": (report.figure_routes, {"additive_routes": routes}),
+        "wall": (report.figure_wall, {"wall_times": wall}),
+        "memory": (report.figure_memory, {"peak_memory": _memory_frame()}),
+        "history": (report.figure_history, {"asv_history": hist}),
+    }
+
+
+AXIS_LABELS = {          # (x, y) as the reader sees them; None where seaborn names the column
+    "decay": ("distance k", "log10 ‖∂(state or output at T) / ∂(position T−k)‖"),
+    "lru_decay": ("distance k", "log10 ‖∂h_T/∂h_(T−k)‖, linear recurrence"),
+    "attention_path": ("T", "log10 ‖∂y_T/∂x_(T−k)‖: mean over k, band min–max"),
+    "clipping": ("ρ", "log10 (far / near contribution)"),
+    "depth": ("T", "operations"),
+    "schedule": ("processors P", "steps T_P (greedy schedule)"),
+    "work": ("T", "multiplications (traced)"),
+    "row_max": ("d_k", "mean row maximum of A (band: 95 % of draws)"),
+    "routes": ("scale of va", "‖gradient reaching H‖"),
+    "wall": ("T", "forward wall time (s), median and 95 % interval"),
+    "memory": ("T", "peak memory of one forward (MiB)"),
+    "history": ("commit (oldest first)", "time (s)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AXIS_LABELS))
+def test_every_figure_names_its_axes(name):
+    fn, frames = _every_figure()[name]
+    fig = fn(frames)
+    xs = {ax.get_xlabel() for ax in fig.axes} - {""}
+    ys = {ax.get_ylabel() for ax in fig.axes} - {""}
+    assert (xs, ys) == ({AXIS_LABELS[name][0]}, {AXIS_LABELS[name][1]})
+
+
+# the line figures mark each sampled value with a dot, so a reader sees where the samples are
+MARKED = ["attention_path", "depth", "schedule", "work", "row_max", "routes", "wall", "memory",
+          "history"]
+
+
+@pytest.mark.parametrize("name", MARKED)
+def test_line_figures_mark_every_sample(name):
+    fn, frames = _every_figure()[name]
+    fig = fn(frames)
+    data = [ln for ax in fig.axes for ln in ax.lines if len(ln.get_xdata()) >= 3]
+    assert data and all(ln.get_marker() == "o" for ln in data), name
+
+
+def test_history_panels_wrap_after_four_with_rotated_commit_labels():
+    fn, frames = _every_figure()["history"]
+    fig = fn(frames)
+    rows = sorted({round(ax.get_position().y0, 3) for ax in fig.axes})
+    cols = sorted({round(ax.get_position().x0, 3) for ax in fig.axes})
+    assert len(fig.axes) == 5 and (len(rows), len(cols)) == (2, 4)
+    for ax in fig.axes:
+        assert all(t.get_rotation() == 60 and t.get_fontsize() == 7 for t in ax.get_xticklabels())
+
+
+@pytest.mark.parametrize("name, vmax, title", [("maps", 1.0, "{}"),
+                                                ("additive", 0.4, "additive alignment, {}")])
+def test_heat_maps_are_annotated_on_one_viridis_scale_without_a_colour_bar(name, vmax, title):
+    fn, frames = _every_figure()[name]
+    data = next(iter(frames.values()))
+    fig = fn(frames)
+    settings = list(dict.fromkeys(data.setting))
+    assert len(fig.axes) == len(settings)                      # no colour-bar axes
+    assert [ax.get_title() for ax in fig.axes] == [title.format(s) for s in settings]
+    for ax in fig.axes:
+        mesh = ax.collections[0]
+        assert mesh.get_cmap().name == "viridis"
+        assert (mesh.norm.vmin, mesh.norm.vmax) == (0.0, vmax)
+        values = np.asarray(mesh.get_array()).ravel()
+        assert [t.get_text() for t in ax.texts] == [f"{v:.2f}" for v in values]
+        assert {t.get_fontsize() for t in ax.texts} == {7}
+
+
+def test_work_figure_legend_names_the_two_crossovers_in_their_styles():
+    fn, frames = _every_figure()["work"]
+    ax = fn(frames).axes[0]
+    legend = ax.get_legend()
+    assert legend._loc == 2                                    # upper left
+    assert {t.get_fontsize() for t in legend.texts} == {8}
+    texts = [t.get_text() for t in legend.texts]
+    assert texts[-2:] == ["counted crossover T = d", "measured wall-time crossover (2.5 d)"]
+    v = {ln.get_label(): ln for ln in ax.lines if ln.get_label() in
+         ("counted crossover T = d", "measured wall-time crossover (2.5 d)")}
+    counted, measured = v["counted crossover T = d"], v["measured wall-time crossover (2.5 d)"]
+    assert (counted.get_linestyle(), counted.get_linewidth(), mcolors.to_hex(counted.get_color())) \
+        == ("--", 1.0, "#000000")
+    assert (measured.get_linestyle(), measured.get_linewidth(),
+            mcolors.to_hex(measured.get_color())) == (":", 1.5, mcolors.to_hex("tab:red"))
+
+
+def test_row_max_figure_names_the_lessons_draw_as_black_crosses():
+    fn, frames = _every_figure()["row_max"]
+    ax = fn(frames).axes[0]
+    legend = ax.get_legend()
+    assert legend._loc == 7                                    # center right
+    assert "the lesson's single draw" in [t.get_text() for t in legend.texts]
+    assert {t.get_fontsize() for t in legend.texts} == {8}
+    (dots,) = [c for c in ax.collections if c.get_label() == "the lesson's single draw"]
+    assert mcolors.to_hex(dots.get_facecolor()[0]) == "#000000" and dots.get_zorder() == 5
+    cross = plt.figure().gca().scatter([0], [0], marker="x").get_paths()[0].vertices
+    np.testing.assert_allclose(dots.get_paths()[0].vertices, cross)
+
+
+def test_schedule_figure_marks_P_equals_T_with_a_thin_grey_dotted_line():
+    fn, frames = _every_figure()["schedule"]
+    for ax in fn(frames).axes:
+        (line,) = [ln for ln in ax.lines if len(ln.get_xdata()) == 2
+                   and ln.get_xdata()[0] == ln.get_xdata()[1]]
+        assert line.get_xdata()[0] == 800 and line.get_linestyle() == ":"
+        assert line.get_linewidth() == 1 and mcolors.to_hex(line.get_color()) == "#808080"
+
+
+def test_bands_are_translucent_and_interval_bars_two_points_wide():
+    fn, frames = _every_figure()["attention_path"]
+    bands = [c for c in fn(frames).axes[0].collections if len(c.get_paths())]
+    assert bands and {c.get_alpha() for c in bands} == {0.12}
+    fn, frames = _every_figure()["row_max"]
+    bands = [c for c in fn(frames).axes[0].collections if c.get_alpha() == 0.15]
+    assert len(bands) == 2                                     # one per scaling
+    fn, frames = _every_figure()["wall"]
+    bars = [c for c in fn(frames).axes[0].collections if type(c).__name__ == "LineCollection"]
+    assert len(bars) == 2 and all(list(c.get_linewidths()) == [2.0] for c in bars)
+
+
+def test_save_writes_png_and_svg_and_closes_the_figure(tmp_path):
+    from pathlib import Path
+    fig = plt.figure(figsize=(2, 1))
+    fig.gca().plot([0, 1], [0, 1])
+    other = plt.figure()                                       # the current figure, not ours
+    report._save(fig, Path(tmp_path), "x")
+    assert not plt.fignum_exists(fig.number) and plt.fignum_exists(other.number)
+    from PIL import Image
+    with Image.open(tmp_path / "x.png") as im:
+        assert [round(v) for v in im.info["dpi"]] == [110, 110]
+    assert (tmp_path / "x.svg").read_text().lstrip().startswith("<?xml")

@@ -1937,16 +1937,17 @@ class _Recorder:
         return out
 
 
-def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path):
-    """Every analyser stubbed: the sections hand each one its own part of the report's config
-    and put what it returns, untouched, in the frames of its section."""
+def _stubbed_sections(tmp_path, depth_frame=None, history=None):
+    """``report._sections`` with every analyser stubbed by a ``_Recorder``: returns
+    (cfg, sections, progress messages, {recorder: calls}, (decay frame, depth frame))."""
     from harness import report
     cfg = dataclasses.replace(
         report.QUICK, asv_results=str(tmp_path), schedule_d=5,
         schedule=dataclasses.replace(report.QUICK.schedule, T_values=(7, 9), grains=("element",),
                                      processors=(1, 3)))
-    depth_frame = pd.DataFrame({"model": ["m"], "T": [1], "d": [2], "macs": [3], "flops": [6],
-                                "span": [4]})
+    if depth_frame is None:
+        depth_frame = pd.DataFrame({"model": ["m"], "T": [1], "d": [2], "macs": [3], "flops": [6],
+                                    "span": [4]})
     decay_frame = pd.DataFrame({"model": ["rnn", "lru", "attention"], "distance": [1, 2, 3]})
     fakes = {
         (report.gradpath, "decay_sweep"): _Recorder("decay", lambda c: (decay_frame, "summary")),
@@ -1969,12 +1970,22 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
         (report.lessons, "additive_maps"): _Recorder("additive_maps"),
         (report.lessons, "lesson_additive_routes"): _Recorder("routes"),
     }
+    if history is not None:
+        fakes[(report, "kernel_history")] = _Recorder("history", lambda h: history)
     stages = []
     with contextlib.ExitStack() as stack:
         for (module, name), fake in fakes.items():
             stack.enter_context(mock.patch.object(module, name, fake))
         sections = list(report._sections(cfg, stages.append))
-    calls = {f.name: f.calls for f in fakes.values()}
+    return cfg, sections, stages, {f.name: f.calls for f in fakes.values()}, (decay_frame,
+                                                                              depth_frame)
+
+
+def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path):
+    """Every analyser stubbed: the sections hand each one its own part of the report's config
+    and put what it returns, untouched, in the frames of its section."""
+    from harness import report
+    cfg, sections, stages, calls, (decay_frame, depth_frame) = _stubbed_sections(tmp_path)
     assert len(stages) == report.STAGES
     assert calls["decay"] == [((cfg.decay,), {})]
     assert calls["levels"] == [((ATTENTION, cfg.path_T, cfg.path_input_scales, cfg.decay.ds[0],
@@ -2141,3 +2152,219 @@ def test_reflected_operators_are_recorded_like_the_others():
     assert all(o.shape == (2, 2) for o in outs) and g.ops[-1].inner == 2
     assert [o.dist[0, 0] for o in outs] == [1, 1, 1, 1, 1]
     assert outs[0].axes == ("T", "d_model") and outs[4].axes == ("?", "d_model")
+
+
+# ============================================================================ peers
+
+def _torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _close(a, b, dtype):
+    a = np.asarray(a.detach() if hasattr(a, "detach") else a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=0, atol=(2e-4 if dtype == "float32" else 1e-10)
+                               * max(1.0, np.abs(b).max()))
+
+
+@pytest.mark.parametrize("batch, dtype", [(1, "float64"), (3, "float64"), (1, "float32")])
+def test_rnn_peers_compute_the_kernels_states_and_input_gradient(batch, dtype):
+    """Every RNN peer against the compiled kernel: H = forward(X) and dX of the loss <dH, H>."""
+    fam = models_get(RECURRENCE)
+    X, W = fam.inputs(5, 3, batch, dtype, 4)
+    H = fam.forward(X, *W)
+    dH = np.random.default_rng(1).normal(size=H.shape).astype(dtype)
+    dX = fam.backward(X, W, H, dH).dX
+    torch = _torch_or_none()
+    impls = rnn_family.peers(X, W, dH, torch)
+    fwd, bwd, outputs = impls["numpy"]
+    _close(fwd(), H, dtype)
+    _close(bwd()[0], dX, dtype)
+    y, dx = outputs()
+    _close(y, H, dtype)
+    _close(dx, dX, dtype)
+    gemm = impls["gemm"]
+    assert gemm[2] is None and gemm[0]() is None and gemm[1]() is None
+    if torch is None:
+        return
+    t_fwd, t_bwd, t_out = impls["torch"]
+    y = t_fwd()
+    assert y.dtype == getattr(torch, dtype)
+    _close(y.reshape(H.shape), H, dtype)
+    t_bwd()
+    t_bwd()                                        # the graph is kept: a second pass works
+    y, dx = t_out()                                # and the gradient starts afresh
+    _close(y, H, dtype)
+    _close(dx, dX, dtype)
+
+
+def models_get(name):
+    from harness import models
+    return models.get(name)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_attention_peers_compute_the_kernels_output_and_input_gradient(dtype, monkeypatch):
+    fam = models_get(ATTENTION)
+    X, W = fam.inputs(6, 4, 1, dtype, 2)
+    out = fam.forward(X, *W)
+    Y, A = out
+    dY = np.random.default_rng(3).normal(size=Y.shape).astype(dtype)
+    dX = fam.backward(X, W, out, dY).dX
+    torch = _torch_or_none()
+    impls = att_family.peers(X, W, dY, torch)
+    fwd, bwd, outputs = impls["numpy"][:3]
+    y, a = fwd()
+    _close(y, Y, dtype)
+    _close(a, A, dtype)
+    _close(bwd()[0], dX, dtype)
+    y, dx = outputs()
+    _close(y, Y, dtype)
+    _close(dx, dX, dtype)
+    # the floor: the forward's five products, each into its own buffer, on the kernel's BLAS
+    made = []
+    real = att_family.matmul
+
+    def recording(a, b, c):
+        real(a, b, c)
+        made.append((a.copy(), b.copy(), c))
+    monkeypatch.setattr(att_family, "matmul", recording)
+    gemm = impls["gemm"]
+    assert gemm[1] is None and gemm[2] is None
+    gemm[0]()
+    Wq, Wk, Wv = (w.astype(np.float64) for w in W)
+    X64 = X.astype(np.float64)
+    Q, K, V = X64 @ Wq, X64 @ Wk, X64 @ Wv
+    expected = [Q, K, V, Q @ K.T, (Q @ K.T) @ V]
+    assert [c.shape for _, _, c in made] == [(6, 4)] * 3 + [(6, 6), (6, 4)]
+    assert all(c.dtype == np.dtype(dtype) for _, _, c in made)
+    for (_, _, c), e in zip(made, expected):
+        _close(c, e, dtype)
+    assert len({id(c) for _, _, c in made}) == 5
+    if torch is None:
+        return
+    t_fwd, t_bwd, t_out, t_both = impls["torch"]
+    y = t_fwd()
+    assert y.dtype == getattr(torch, dtype)
+    _close(y, Y, dtype)
+    t_bwd()
+    t_bwd()
+    y, dx = t_out()
+    _close(y, Y, dtype)
+    _close(dx, dX, dtype)
+    _close(t_both(), dX, dtype)
+    _close(t_both(), dX, dtype)                    # a fresh graph each call
+
+
+def test_tiled_attention_peers_compute_the_tiled_kernels_output_and_gradient():
+    fam = models_get(ATTENTION)
+    k = fam.kernel("tiled")
+    X, W = fam.inputs(300, 4, 1, "float64", 6)        # past one block of 256 query rows
+    Y, L = k.forward(X, *W)
+    dY = np.random.default_rng(7).normal(size=Y.shape)
+    dX = k.backward(X, W, (Y, L), dY).dX
+    torch = _torch_or_none()
+    impls = att_family.tiled_peers(X, W, dY, torch)
+    fwd, bwd, outputs, both = impls["numpy"]
+    y, l = fwd()
+    _close(y, Y, "float64")
+    _close(l, L, "float64")
+    _close(bwd()[0], dX, "float64")
+    y, dx = outputs()
+    _close(y, Y, "float64")
+    _close(dx, dX, "float64")
+    _close(both()[0], dX, "float64")
+    if torch is not None:
+        t_fwd, _, t_out, t_both = impls["torch"]
+        _close(t_fwd(), Y, "float64")
+        _close(t_out()[1], dX, "float64")
+        _close(t_both(), dX, "float64")
+    with pytest.raises(ValueError, match=r"X must be \(T, d\) for the tiled kernel's peers, "
+                                         r"got shape \(2, 300, 4\)"):
+        att_family.tiled_peers(np.stack([X, X]), W, dY)
+
+
+def test_peers_heads_and_compare_targets():
+    a, b = np.zeros((5, 3)), np.ones((5, 3))
+    ha, hb = att_family._heads(a, b)
+    assert ha.shape == hb.shape == (1, 1, 5, 3) and hb[0, 0] is not None and hb.sum() == 15
+    assert rnn_family.compare_target(1, "forward", 64, 8) == (
+        1.5, None, "at least 1.5x faster than the fastest peer")
+    for batch in (2, 32):
+        assert rnn_family.compare_target(batch, "backward", 64, 8) == (
+            1.0, None, "at least as fast as the fastest peer")
+    T, d = att_family.GEMM_FLOOR_CASE
+    assert (T, d) == (2048, 256) and att_family.GEMM_FLOOR_RATIO == 1.3
+    assert att_family.compare_target(1, "forward", T, d) == (
+        1.0, 1.3, "at least as fast as the fastest peer, and within 1.3x of its matrix products alone")
+    plain = (1.0, None, "at least as fast as the fastest peer")
+    for args in ((1, "backward", T, d), (1, "forward", T, 64), (1, "forward", 1024, d)):
+        assert att_family.compare_target(*args) == plain
+
+
+def test_report_sections_are_announced_titled_and_filed_in_order(tmp_path):
+    """The report's table of contents, as a reader sees it: each stage's progress line, each
+    section's key, title, CSV stems and figures; the schedule shares one trace cache and
+    numbers its rows afresh; the recurrence section holds the RNN's and the LRU's forms only."""
+    from harness import models, report
+    forms = list(models.traced_forms())
+    recurrent = [m for m, (fam, _) in models.traced_forms().items()
+                 if fam.name in (RECURRENCE, "lru")]
+    assert ATTENTION in forms and set(recurrent) < set(forms) and "lru-scan" in recurrent
+    dt = pd.DataFrame({"model": forms, "T": 1, "d": 2, "macs": 3, "flops": 6, "span": 4})
+    history = pd.DataFrame({"made_by": ["history"]})
+    cfg, sections, stages, calls, _ = _stubbed_sections(tmp_path, dt, history)
+    assert stages == ["gradient decay (RNN and attention)",
+                      "attention's path over T and input scale", "clipping",
+                      "depth: tracing the forwards", "schedule on P processors (T = 7)",
+                      "wall times over T, in interleaved rounds",
+                      "peak memory over T, a fresh process per variant",
+                      "attention experiments of the lessons"]
+    toc = [(key, title, list(frames), [(stem, fn.__name__) for stem, fn in figs])
+           for key, title, frames, figs in sections]
+    assert toc == [
+        ("decay", "Gradient path: T−1 Jacobians against one α", ["decay", "decay_summary"],
+         [("decay", "figure_decay")]),
+        ("attention_path", "Attention's one α: flat in distance, not in T or input scale",
+         ["attention_level"], [("attention_level", "figure_attention_path")]),
+        ("clipping", "Clipping stops explosion, not vanishing", ["clipping"],
+         [("clipping", "figure_clipping")]),
+        ("depth", "Sequential depth: span and path length", ["depth"], [("depth", "figure_depth")]),
+        ("recurrence", "The recurrence that parallelises", ["scan_depth", "lru_decay"],
+         [("lru_decay", "figure_lru_decay")]),
+        ("schedule", "The 7-token text on P processors", ["schedule"],
+         [("schedule", "figure_schedule")]),
+        ("work", "Work: multiplications cross at T = d", ["work", "crossover", "rates"],
+         [("work", "figure_work")]),
+        ("wall", "Measured: forward time against T",
+         ["wall_times", "wall_samples", "exponents", "rates"], [("wall_times", "figure_wall")]),
+        ("memory", "Measured: peak memory against T", ["peak_memory"],
+         [("peak_memory", "figure_memory")]),
+        ("maps", "Self-attention: the diagonal, projections and √d_k",
+         ["attention_maps", "attention_diagonal", "row_max", "row_max_lesson"],
+         [("attention_maps", "figure_maps"), ("row_max", "figure_row_max")]),
+        ("additive", "Additive attention: untrained map, no tanh, two gradient routes",
+         ["additive_maps", "additive_routes"],
+         [("additive_maps", "figure_additive"), ("additive_routes", "figure_routes")]),
+        ("history", "Benchmarks across commits (asv)", ["asv_history"],
+         [("asv_history", "figure_history")]),
+    ]
+    frames = {key: fr for key, _, fr, _ in sections}
+    assert list(frames["recurrence"]["scan_depth"].model) == recurrent
+    assert frames["history"]["asv_history"] is history
+    sched = frames["schedule"]["schedule"]
+    assert list(sched.index) == list(range(len(forms)))         # one row per form, renumbered
+    caches = [args[0] for args, _ in calls["traced"]]
+    assert len(caches) == len(forms) and all(c is caches[0] for c in caches)
+    assert isinstance(caches[0], dict)                           # one cache, shared
+    wall = frames["wall"]["wall_times"]
+    assert calls["kernel"] == [((cfg.wall,), {})]
+    assert calls["crossover"][0][0][0] is wall
+    assert calls["exponents"][0][0][0] is wall
+    assert calls["diagonal"] == [((frames["maps"]["attention_maps"],), {})]
+    assert calls["lesson_draw"] == [((cfg.lessons,), {})]
