@@ -2368,3 +2368,190 @@ def test_report_sections_are_announced_titled_and_filed_in_order(tmp_path):
     assert calls["exponents"][0][0][0] is wall
     assert calls["diagonal"] == [((frames["maps"]["attention_maps"],), {})]
     assert calls["lesson_draw"] == [((cfg.lessons,), {})]
+
+
+# ============================================================================ paired ratio
+
+def test_paired_ratio_resamples_rounds_in_pairs():
+    # round 0 of both is slowed by the same load: paired, the ratio is 2 in every resample
+    a, b = np.array([20.0, 2.0, 2.0, 2.0]), np.array([10.0, 1.0, 1.0, 1.0])
+    assert timing.paired_ratio(a, b) == (2.0, 2.0, 2.0)
+    assert timing.paired_ratio(a.tolist(), b.tolist(), seed=3) == (2.0, 2.0, 2.0)
+    ratio, lo, hi = timing.paired_ratio([1.0, 3.0], [1.0, 1.0])      # under 3 rounds: no interval
+    assert ratio == 2.0 and math.isnan(lo) and math.isnan(hi)
+    with pytest.raises(ValueError, match=r"a and b must hold the same rounds, got \(3,\) and \(2,\)"):
+        timing.paired_ratio([1, 2, 3], [1, 2])
+    # the interval: the 2.5 % and 97.5 % quantiles of the paired bootstrap from default_rng(seed)
+    rng = np.random.default_rng(11)
+    a, b = rng.uniform(1, 2, 7), rng.uniform(1, 2, 7)
+    for seed in (0, 5):
+        idx = np.random.default_rng(seed).integers(0, 7, size=(timing.RESAMPLES, 7))
+        boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+        want = (np.median(a) / np.median(b), *np.quantile(boot, [0.025, 0.975]))
+        got = timing.paired_ratio(a, b, seed)
+        assert got == pytest.approx(want, rel=1e-12)
+        assert got[1] != got[2]
+    assert timing.paired_ratio(a, b) == timing.paired_ratio(a, b, 0)
+
+
+def test_noise_floor_takes_the_largest_distance_from_one():
+    for ratio, lo, hi, floor in ((1.0, 0.7, 1.1, 0.3), (1.0, 0.95, 1.2, 0.2), (1.4, 1.1, 1.2, 0.4)):
+        with mock.patch.object(timing, "time_interleaved",
+                               lambda fns, r, m, seed: ({"a": np.ones(3), "b": np.ones(3)}, {})), \
+                mock.patch.object(timing, "paired_ratio", mock.Mock(return_value=(ratio, lo, hi))) as p:
+            out = timing.noise_floor(None, rounds=3, seed=4)
+        assert p.call_args.args[2] == 4
+        assert out["noise_floor"] == pytest.approx(floor)
+
+
+# ============================================================================ estimates
+
+def test_rnn_path_flops_count_the_exact_product_only_where_the_sweep_computes_it():
+    """path_flops' docstring: ~10 d^3 (QR or eigenvalues), 4 T d^2 (the probe), 2 T d^3 (the
+    exact product) where the sweep computes it, which rnn_decay's norm_measure says."""
+    for measure, d, exact_max_d in (("both", 4, 8), ("both", 16, 8), ("probe", 4, 8),
+                                    ("exact", 16, 8), ("both", 8, 8)):
+        cfg = dataclasses.replace(config.DECAY, measure=measure, exact_max_d=exact_max_d)
+        used = rnn_family.rnn_decay(T=5, d=d, measure=measure, exact_max_d=exact_max_d).norm_measure[0]
+        exact = used == "spectral"
+        T = 50
+        assert rnn_family.path_flops(T, d, cfg) == 10 * d**3 + 4 * T * d * d + (2 * T * d**3 if exact else 0)
+        assert ("exact Jacobian products" in rnn_family.path_memory(T, d, cfg)) == exact
+
+
+def test_attention_path_flops_and_expected_seconds():
+    T, d = 30, 6
+    assert att_family.path_flops(T, d, config.DECAY) == 4 * T * d * d + 20 * (T - 1) * d**3
+    cfg = dataclasses.replace(config.DECAY, Ts=(30, 40), ds=(6,), models=("rnn", "attention"),
+                              rhos=(0.5, 0.9), weights=("orthogonal",), activations=("tanh",),
+                              input_scales=(1.0,), measure="probe")
+    want = sum(2 * rnn_family.path_flops(T, 6, cfg) + att_family.path_flops(T, 6, cfg)
+               for T in (30, 40))                               # two radii: two RNN jobs per T
+    from harness import gradpath
+    assert gradpath.expected_seconds(cfg) == pytest.approx(want / gradpath.FLOPS_PER_SECOND, rel=1e-12)
+    assert gradpath.FLOPS_PER_SECOND == 5e9
+
+
+def test_attention_path_asks_for_the_memory_its_arrays_take(monkeypatch):
+    """check_memory is handed the bytes of what is then allocated: the Jacobians' nbytes, and
+    the last row's arrays (X and its float64 copy, X Wk, V, the scores and alpha)."""
+    asked = []
+    monkeypatch.setattr(att_family, "check_memory", lambda n, what: asked.append((n, what)))
+    T, d, d_k, d_v = 9, 4, 3, 5
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(T, d)).astype(np.float32)
+    Wq, Wk, Wv = (rng.normal(size=s).astype(np.float32) for s in ((d, d_k), (d, d_k), (d, d_v)))
+    Jv, Js = att_family.path_jacobians(X, Wq, Wk, Wv)
+    assert Jv.shape == Js.shape == (T - 1, d_v, d)
+    (row_bytes, row_what), (jac_bytes, jac_what) = asked
+    assert jac_bytes == Jv.nbytes + Js.nbytes
+    assert jac_what == f"the attention path Jacobians (T={T}, d_model={d})"
+    x64, Wk64, Wv64 = (a.astype(np.float64) for a in (X, Wk, Wv))
+    assert row_bytes == 2 * x64.nbytes + (x64 @ Wk64).nbytes + (x64 @ Wv64).nbytes + 3 * T * 8
+    assert row_what == f"the attention path's last row (T={T}, d_model={d})"
+    assert att_family._row_bytes(T, d, d_k, d_v) == row_bytes
+    # one chunk of the path: value, score, their sum and LAPACK's copy, beside the last row
+    chunk = min(att_family.PATH_CHUNK, T - 1)
+    assert att_family._jacobian_bytes(T, d, d_v) == 4 * chunk * d_v * d * 8 + att_family._row_bytes(T, d, d, d_v)
+    assert att_family._jacobian_bytes(T, d) == att_family._jacobian_bytes(T, d, d)
+    big = att_family.PATH_CHUNK + 10
+    assert att_family._jacobian_bytes(big, 2) - att_family._row_bytes(big, 2, 2, 2) == \
+        4 * att_family.PATH_CHUNK * 2 * 2 * 8
+    for name, i in (("Wq", 0), ("Wk", 1), ("Wv", 2)):           # every weight in X's dtype
+        W = [Wq, Wk, Wv]
+        W[i] = W[i].astype(np.float64)
+        with pytest.raises(TypeError, match=f"{name} has dtype float64 but the other inputs are float32"):
+            att_family.path_jacobians(X, *W)
+    # the last row of a two-position sequence is enough; one position is refused
+    att_family.path_jacobians(X[:2], Wq, Wk, Wv)
+    with pytest.raises(ValueError, match="X must have T >= 2 rows, got T=1"):
+        att_family.path_jacobians(X[:1], Wq, Wk, Wv)
+
+
+def test_attention_last_row_is_exact_where_the_scores_are_large():
+    """exp(e - max e): scores of 1000 give weights, not inf/inf."""
+    X = np.array([[30.0, 0.0], [0.0, 30.0], [30.0, 30.0]])
+    W = np.eye(2)
+    a, V, y, g, Wv = att_family._last_row(X, W, W, W)
+    e = (X @ X[2]) / math.sqrt(2)
+    want = np.exp(e - e.max()) / np.exp(e - e.max()).sum()
+    assert np.isfinite(a).all()
+    np.testing.assert_allclose(a, want[:2], rtol=1e-12)
+    np.testing.assert_allclose(y, want @ X, rtol=1e-12)
+
+
+# ============================================================================ the report page
+
+def test_render_html_frames_the_page_and_counts_broken_images():
+    from harness import report
+    sec = report.Section("s", "S", {"a": None}, "cap", ["f"])
+    page = report.render_html([sec], {}, "cmd")
+    assert "\n<h1>What attention buys over recurrence, and what it costs</h1>\n" in page
+    assert ("<p>Every number below was measured on this machine by the command at the end of the "
+            "page. Each figure links its data (CSV) and an SVG version; "
+            '<a href="data.md">data.md</a> describes every column, with its unit.</p>') in page
+    assert '<p><small>data: <a href="a.csv">a.csv</a> · figures: <a href="f.svg">f.svg</a></small></p>' in page
+    assert "\n</section>\n<h2>Machine, versions and command</h2><table class=meta>\n" in page
+    assert ("<script>window.addEventListener('load',function(){var n=0;"
+            "for(var i of document.images){if(!i.complete||i.naturalWidth===0)n++;}"
+            "document.body.setAttribute('data-broken-images',String(n));});</script>") in page
+    no_fig = report.render_html([report.Section("s", "S", {"a": None}, "cap", None)], {}, "cmd")
+    assert '<p><small>data: <a href="a.csv">a.csv</a></small></p>' in no_fig
+
+
+def test_report_tables_carry_their_css_classes_and_no_index():
+    from harness import report
+    claims = report._claims_html(pd.DataFrame({"claim": ["c"], "lesson": ["l"], "verdict": ["v"],
+                                               "measured": ["m"]}))
+    assert '<table border="1" class="dataframe table claims">' in claims
+    assert re.findall(r"<th>(.*?)</th>", claims) == ["claim", "lesson", "verdict", "measured"]
+    dt = pd.DataFrame([dict(model="m", T=1, d=2, macs=3, flops=6, span=4, max_path=5,
+                            parallelism=1.5)])
+    t1 = report._table1(dt)
+    assert '<table border="1" class="dataframe table">' in t1
+    assert re.findall(r"<th>(.*?)</th>", t1)[0] == "model"
+
+
+# ============================================================================ output folders
+
+def test_ensure_writable_dir_names_the_argument_and_the_path(tmp_path, monkeypatch):
+    deep = tmp_path / "a" / "b" / "c"
+    assert _io.ensure_writable_dir(deep) == deep and deep.is_dir()      # parents made too
+    assert _io.ensure_writable_dir(deep, "--x") == deep                 # and an existing one kept
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(_io.UsageError) as e:
+        _io.ensure_writable_dir(blocker / "sub", "--x")
+    assert str(e.value) == f"--x: cannot create directory {str(blocker / 'sub')!r}: Not a directory"
+    with pytest.raises(_io.UsageError, match=r"^--out: cannot create directory"):
+        _io.ensure_writable_dir(blocker / "sub")
+    with pytest.raises(_io.UsageError, match=r"^--x: the name .* holds bytes that are not UTF-8"):
+        _io.ensure_writable_dir(str(tmp_path / "bad\udcff"), "--x")
+    (deep / "x.csv").mkdir()
+    with pytest.raises(_io.UsageError) as e:
+        _io.ensure_writable_dir(deep, "--x", files=("y.csv", "x.csv"))
+    assert str(e.value) == (f"--x: {str(deep / 'x.csv')!r} is a directory, where the file x.csv "
+                            f"goes; move it away")
+    modes = []
+
+    def refuse(path, mode):
+        modes.append(mode)
+        return False
+    monkeypatch.setattr(_io.os, "access", refuse)
+    with pytest.raises(_io.UsageError) as e:
+        _io.ensure_writable_dir(deep, "--x")
+    assert str(e.value) == f"--x: directory {str(deep)!r} is not writable"
+    assert modes == [os.W_OK | os.X_OK]
+
+
+def test_output_set_writes_utf8_csv_without_the_index(tmp_path):
+    frame = pd.DataFrame({"é": [1, 2]}, index=[7, 8])
+    with _io.output_set(tmp_path) as files:
+        files.write_csv("f.csv", frame)
+        files.write_text("t.txt", "ρ")
+    assert (tmp_path / "f.csv").read_bytes() == "é\n1\n2\n".encode("utf-8")
+    assert (tmp_path / "t.txt").read_bytes() == "ρ".encode("utf-8")
+    _io.atomic_write_csv(frame, tmp_path / "g.csv")
+    _io.atomic_write_text(tmp_path / "h.txt", "ρ")
+    assert (tmp_path / "g.csv").read_bytes() == "é\n1\n2\n".encode("utf-8")
+    assert (tmp_path / "h.txt").read_bytes() == "ρ".encode("utf-8")
