@@ -368,7 +368,7 @@ def test_attention_path_frame_reads_each_route_from_its_closed_form():
         assert r.log10_norm == pytest.approx(math.log10(total), abs=1e-12)
         assert r.log10_spectral == r.log10_norm
     assert (f.model == ATTENTION).all() and (f["T"] == T).all() and (f.d == 4).all()
-    assert (f.seed == 5).all() and (f.input_scale == 2.0).all() and (f.log10_linear == 0.0).all()
+    assert (f.seed == 5).all() and (f.input_scale == 2.0).all() and f.log10_linear.isna().all()
     assert f.rho.isna().all() and f.log10_probe.isna().all() and f.log10_bound.isna().all()
 
 
@@ -2555,3 +2555,37 @@ def test_output_set_writes_utf8_csv_without_the_index(tmp_path):
     _io.atomic_write_text(tmp_path / "h.txt", "ρ")
     assert (tmp_path / "g.csv").read_bytes() == "é\n1\n2\n".encode("utf-8")
     assert (tmp_path / "h.txt").read_bytes() == "ρ".encode("utf-8")
+
+
+# ============================================================================ asv's results
+
+def test_asv_results_follow_the_files_own_columns_and_defaults(tmp_path):
+    """A file that lists its columns in another order is read by its names; a missing commit
+    or date reads as "" and the epoch; a missing value skips that value, not the rest; a
+    file without results is skipped."""
+    from harness import report
+    box = tmp_path / "box"
+    _asv_file(box, "a.json", {
+        "result_columns": ["params", "version", "result"],
+        "results": {"k.Kernels.time_forward": [[["'rnn'"], ["8", "16", "32"]], "v1",
+                                               [None, 0.5, 0.75]]}})
+    _asv_file(box, "b.json", {"commit_hash": "abc", "date": 5})          # no results at all
+    h = report.read_asv_results(str(tmp_path))
+    assert [(r.params, r.commit, r.seconds) for r in h.itertuples()] == [
+        ("'rnn', 16", "", 0.5), ("'rnn', 32", "", 0.75)]
+    assert (h.date == pd.Timestamp("1970-01-01")).all()
+
+
+def test_history_caption_without_the_pair_ends_at_the_source():
+    from harness import report
+    h = pd.DataFrame([dict(commit="c", series="rnn forward", T=64, d=32, seconds=0.1)])
+    assert report.caption_history({"asv_history": h}).endswith(
+        "across 1 commits, read from asv's results (batch 1, d = 32, float64, asv's median).")
+
+
+def test_kernel_history_reads_the_direction_after_the_last_time_():
+    from harness import report
+    h = pd.DataFrame([dict(benchmark="time_suite.Kernels.time_forward",
+                           params="'rnn', 64, 256, 1, 'float64'", commit="c",
+                           date=pd.Timestamp("2026-01-01"), seconds=1.0)])
+    assert list(report.kernel_history(h).series) == ["rnn forward"]
