@@ -2102,6 +2102,14 @@ def test_schedule_caption_names_the_first_P_where_attention_is_faster():
     some = s.copy()
     some.loc[some.index[:2], "bounds_ok"] = False
     assert "all" not in report.caption_schedule({"schedule": some}).split("Brent")[-1]
+    # word for word: the first P where attention is faster, none, and how many runs are bounded
+    n = len(s)
+    assert "is faster than the RNN only from P = 20 on;" in cap
+    assert "is faster than the RNN only from P = 100 on;" in later
+    assert ("is faster than the RNN only at none of the P scheduled;"
+            in report.caption_schedule({"schedule": never}))
+    assert cap.endswith(f"hold on all {n} of {n} runs.")
+    assert report.caption_schedule({"schedule": some}).endswith(f"hold on {n - 2} of {n} runs.")
 
 
 def test_noise_floor_resamples_every_round_from_its_seed():
@@ -2589,3 +2597,38 @@ def test_kernel_history_reads_the_direction_after_the_last_time_():
                            params="'rnn', 64, 256, 1, 'float64'", commit="c",
                            date=pd.Timestamp("2026-01-01"), seconds=1.0)])
     assert list(report.kernel_history(h).series) == ["rnn forward"]
+
+
+# ============================================================================ captions, word for word
+
+def test_work_caption_word_for_word_without_rates_or_interval():
+    """2·T·d² = 2·T²·d at T = d = 64; the fitted curves cross at 500, 500 / 64 = 7.8 d."""
+    from harness import report
+    d = 64
+    w = pd.DataFrame([dict(model=m, T=t, d=d, macs=(2 * t * d * d if m == RECURRENCE else 2 * t * t * d))
+                      for m in (RECURRENCE, ATTENTION) for t in (10, 30, 300, 1000)])
+    x = pd.DataFrame([dict(d=d, variant=ATTENTION, counted_T=d, measured_T=np.nan,
+                           extrapolated_T=500.0, gemm_over_matvec=7.4, measured_T_lo=np.nan,
+                           measured_T_hi=np.nan, predicted_T=np.nan)])
+    assert report.caption_work({"work": w, "crossover": x}) == (
+        "Multiplications counted from the traced computation at d = 64: the RNN's 2·T·d² against "
+        "attention's 2·T²·d cross at T = 64 (d = 64). Timed on this machine at d = 64, attention's "
+        "forward (grid and mix) becomes slower than the RNN's at T ≈ 500 (extrapolated from the "
+        "fitted power laws), 7.8× the counted T = 64.")
+    measured = report.caption_work({"work": w, "crossover": x.assign(measured_T=320.0)})
+    assert "at T ≈ 320 (measured), 5.0× the counted T = 64." in measured
+
+
+def test_wall_caption_word_for_word_one_thread_no_rounds_no_floor():
+    """Without a rounds column a time is one round; the RNN's step is the median over T of
+    3.3 and 5.1 µs, 4.2 µs; exponents without an interval are printed bare."""
+    from harness import report
+    w = pd.DataFrame([dict(model=RECURRENCE, T=64, d=32, threads=1, seconds_per_step=3.3e-6),
+                      dict(model=RECURRENCE, T=128, d=32, threads=1, seconds_per_step=5.1e-6),
+                      dict(model=ATTENTION, T=64, d=32, threads=1, seconds_per_step=9e-6)])
+    e = pd.DataFrame({"model": [ATTENTION, RECURRENCE], "exponent": [1.8765, 1.0312],
+                      "exponent_lo": [np.nan, np.nan], "exponent_hi": [np.nan, np.nan]})
+    assert report.caption_wall({"wall_times": w, "exponents": e}) == (
+        "Forward wall time on this machine (1 thread, d = 32; the median of 1 interleaved rounds, "
+        "bars its 95 % interval). Fitted exponents of time against T, with 95 % intervals: "
+        "attention 1.88, rnn 1.03. The RNN takes 4.2 µs per step (median over T).")
