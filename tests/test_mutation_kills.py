@@ -1401,6 +1401,10 @@ def test_matmul_rates_from_their_own_timings():
     assert res["gemm_gmacs"] == pytest.approx(10 * 10 * 4 / 3.5e-3 / 1e9)
     assert res["gemv_gmacs"] == pytest.approx(10 * 4 * 4 / 3.5e-3 / 1e9)
     assert res["gemm_gmacs_lo"] < res["gemm_gmacs"] < res["gemm_gmacs_hi"]
+    # exactly: GMAC/s = MACs / seconds / 1e9, the interval's ends from the rounds' bootstrap at seed d
+    med, lo, hi = timing.median_interval([1e-3, 2e-3, 4e-3, 3e-3, 5e-3, 6e-3], seed=4)
+    assert (res["gemm_gmacs"], res["gemm_gmacs_lo"], res["gemm_gmacs_hi"]) == (
+        400 / med / 1e9, 400 / hi / 1e9, 400 / lo / 1e9)
     # the timed calls are the two products: a (T x d)(d x T) GEMM and T normalised GEMV steps
     gemm, gemv = fake.calls[0][0]["gemm"], fake.calls[0][0]["gemv"]
     gemm()
@@ -2632,3 +2636,75 @@ def test_wall_caption_word_for_word_one_thread_no_rounds_no_floor():
         "Forward wall time on this machine (1 thread, d = 32; the median of 1 interleaved rounds, "
         "bars its 95 % interval). Fitted exponents of time against T, with 95 % intervals: "
         "attention 1.88, rnn 1.03. The RNN takes 4.2 µs per step (median over T).")
+
+
+# ============================================================================ small laws
+
+def test_clip_by_norm_clips_a_gradient_smaller_than_one():
+    G = np.array([[0.3, 0.4]])                                  # norm 0.5
+    out, ln_unit = _clip().clip_by_norm(G, 0.0, 0.25)
+    assert out is G and ln_unit == pytest.approx(math.log(0.5))    # halved
+    assert _clip().clip_by_norm(G, 0.0, 1.0)[1] == 0.0              # under the threshold: kept
+    assert _clip()._ln(0.5) == math.log(0.5) and _clip()._ln(0.0) == -math.inf
+
+
+def _clip():
+    from harness import clipping
+    return clipping
+
+
+def test_clipping_zero_inputs_have_no_residual():
+    row = _clip().clipping_experiment(rhos=(0.9,), T=4, d=3, input_scale=0.0).iloc[0]
+    assert row.residual == 0.0
+
+
+def test_rnn_defaults_are_the_documented_ones():
+    A = np.arange(6.0).reshape(2, 3)
+    assert rnn_family.log_dphi(A, "identity").shape == (2, 3)
+    assert not rnn_family.log_dphi(A, "identity").any()
+    np.testing.assert_array_equal(rnn_family.recurrent_matrix(4, 0.5),
+                                  rnn_family.recurrent_matrix(4, 0.5, "orthogonal", 0))
+
+
+def test_reflected_operators_broadcast_a_larger_constant():
+    from harness import trace
+    g = trace.Graph()
+    x = trace.leaf(g, "x", (2,), ("d_model",))
+    big = [[1.0, 2.0]] * 3                                      # (3, 2): a list, so Python reflects
+    for out in (big + x, big - x, big * x, big / x):
+        assert out.shape == (3, 2)
+        assert g.ops[-1].shape == (3, 2)
+
+
+def test_sweep_frame_is_numbered_afresh_and_summarised_from_its_fit_window():
+    from harness import gradpath
+    cfg = dataclasses.replace(config.DECAY, Ts=(12,), ds=(3,), models=("rnn",), rhos=(0.5, 0.9),
+                              weights=("gaussian",), activations=("tanh",), input_scales=(1.0,),
+                              measure="probe", fit_from=0.75)
+    frame, summary = gradpath.decay_sweep(cfg)
+    assert list(frame.index) == list(range(len(frame)))
+    pd.testing.assert_frame_equal(summary, gradpath.summarise(frame, 0.75))
+    assert not summary.ln_rate.equals(gradpath.summarise(frame, 0.0).ln_rate)
+
+
+def test_config_memory_names_the_largest_stage_in_GiB():
+    from harness import gradpath
+    cfg = dataclasses.replace(config.DECAY, Ts=(100,), ds=(64,), models=("rnn", "attention"),
+                              measure="both", exact_max_d=128)
+    stages = gradpath.stage_memory_bytes(100, 64, cfg)
+    stage, need = max(stages.items(), key=lambda kv: kv[1])
+    assert stage != max(stages)                                 # not simply the last name
+    with pytest.raises(MemoryError) as e:
+        gradpath.check_config_memory(cfg, available=2**30 // 1024)
+    assert str(e.value) == (f"T=100, d=64: stage {stage!r} needs {need:,} bytes "
+                            f"({need / 2**30:.2f} GiB) but only 0.00 GiB are available; "
+                            f"use a smaller T or d")
+    long = dataclasses.replace(cfg, Ts=(300000,))
+    need = max(gradpath.stage_memory_bytes(300000, 64, long).values())
+    with pytest.raises(MemoryError) as e:
+        gradpath.check_config_memory(long, available=2**29)
+    assert f"({need / 2**30:.2f} GiB) but only 0.50 GiB are available" in str(e.value)
+    with pytest.raises(ValueError, match="models"):
+        gradpath.validate_config(dataclasses.replace(cfg, models=("nope",)))
+    with pytest.raises(ValueError, match="model must be one of"):
+        gradpath.path_levels("nope", (8,), (1.0,), 4)
