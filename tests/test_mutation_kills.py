@@ -2708,3 +2708,46 @@ def test_config_memory_names_the_largest_stage_in_GiB():
         gradpath.validate_config(dataclasses.replace(cfg, models=("nope",)))
     with pytest.raises(ValueError, match="model must be one of"):
         gradpath.path_levels("nope", (8,), (1.0,), 4)
+
+
+def test_build_report_stages_beside_the_folder_and_files_every_part(tmp_path):
+    """The stage is a hidden ``.<name>.<pid>.*.partial`` beside the destination (a dead run's
+    is removed); the CSVs carry no index; the claims section comes first with its counts;
+    machine.json is indented and times the run; the data dictionary is copied beside."""
+    import json
+    from harness import claims, report
+    out = tmp_path / "a" / "b" / "r1"                            # parents made as needed
+    out.parent.mkdir(parents=True)
+    dead = out.parent / ".r1.999999999.x.partial"                # a run killed with -9
+    dead.mkdir()
+    stages = []
+    real_build = report._build
+
+    def build(stage, *args):
+        stages.append(stage)
+        return real_build(stage, *args)
+    with mock.patch.object(report, "_sections", _one_section), \
+            mock.patch.object(report.claims, "claims_table", _claims), \
+            mock.patch.object(report, "_build", build):
+        report.build_report(out)
+    (stage,) = stages
+    assert stage.parent == out.parent.resolve()
+    assert re.fullmatch(rf"\.r1\.{os.getpid()}\..+\.partial", stage.name), stage.name
+    assert not dead.exists() and sorted(p.name for p in out.parent.iterdir()) == ["r1"]
+    assert (out / "clipping.csv").read_text().splitlines()[0].startswith("rho,threshold,")
+    assert (out / "claims.csv").read_text().splitlines()[0].startswith("claim,lesson,")
+    page = (out / "index.html").read_text()
+    assert "<code>harness report</code>" in page                 # the default command
+    assert '<img src="clipping.png"' in page
+    counts = ", ".join(f"{(['holds', 'does not hold'].count(v))} {v}" for v in claims.VERDICTS)
+    assert (f'<section id="claims"><h2>The lessons&#x27; claims, measured</h2>\n<p class="caption" '
+            f'data-section="claims">2 claims of the three lessons against this run&#x27;s '
+            f"measurements: {counts}. Each verdict is computed from the data by a rule in "
+            f"harness/claims.py; the columns of every CSV are described in docs/data.md.</p>") in page
+    assert '<a href="claims.csv">claims.csv</a>' in page and 'class="dataframe table claims"' in page
+    text = (out / "machine.json").read_text()
+    assert text.startswith('{\n "date": ')
+    assert 0.0 <= float(json.loads(text)["seconds"]) < 600.0
+    docs = Path(report.__file__).resolve().parents[1] / "docs" / "data.md"
+    if docs.exists():                                            # a checkout, not a wheel
+        assert (out / "data.md").read_text() == docs.read_text()
