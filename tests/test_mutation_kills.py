@@ -2751,3 +2751,42 @@ def test_build_report_stages_beside_the_folder_and_files_every_part(tmp_path):
     docs = Path(report.__file__).resolve().parents[1] / "docs" / "data.md"
     if docs.exists():                                            # a checkout, not a wheel
         assert (out / "data.md").read_text() == docs.read_text()
+
+
+def test_crossover_prediction_from_rates_and_each_rows_width():
+    """predicted_T = counted_T (1 + gemm / gemv) / 2: the RNN's recurrence at the GEMV rate and
+    its input products at the GEMM rate against attention's grid at the GEMM rate."""
+    cfg = dataclasses.replace(config.WALL, fit_min_T=100, extrapolate_max=100.0)
+    rows = walltime.measured_crossover(_times(), cfg, rates={"gemm_gmacs": 12.0, "gemv_gmacs": 4.0})
+    row = rows.set_index("variant").loc[ATTENTION]
+    assert row.predicted_T == D * (1 + 12.0 / 4.0) / 2
+    assert (rows.d == D).all()
+    assert (walltime.fit_exponents(_times()).d == D).all()
+
+
+def test_median_interval_is_scipys_percentile_bootstrap_from_three_rounds():
+    from scipy import stats
+    x = np.array([3.0, 1.0, 2.0])
+    for seed in (0, 7):
+        ci = stats.bootstrap((x,), np.median, confidence_level=0.95, n_resamples=2000,
+                             method="percentile", random_state=seed).confidence_interval
+        assert timing.median_interval(x, seed) == (2.0, float(ci.low), float(ci.high))
+    assert timing.median_interval(x) == timing.median_interval(x, 0)
+    assert timing.median_interval([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)     # no spread to resample
+    assert timing.median_interval([1, 2, 2]) != (2.0, 2.0, 2.0)
+
+
+def test_strong_scaling_defaults_to_one_thread_up_to_every_core():
+    cfg = dataclasses.replace(config.WALL, scaling_T=6, d=3, rounds=2)
+    fake = _FakeRounds(lambda k, n, r: 1.0)
+    with mock.patch.object(walltime.timing, "time_interleaved", fake):
+        f = walltime.strong_scaling(cfg)
+    assert sorted(f.threads.unique()) == list(range(1, (os.cpu_count() or 1) + 1))
+
+
+def test_task_graph_is_scalar_by_default():
+    from harness import depth, schedule
+    tr = depth.trace_model(ATTENTION, 4, 2)
+    a, b = schedule.task_graph(tr), schedule.task_graph(tr, "scalar")
+    assert (a.grain, a.work, a.span) == (b.grain, b.work, b.span) == ("scalar", b.work, b.span)
+    assert a.level_size.dtype == np.int64 and a.indeg.dtype == np.int64
