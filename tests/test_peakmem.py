@@ -34,7 +34,12 @@ def test_the_materialised_weights_are_resident_and_the_tiles_are_not(measured):
     grid = 2048 * 2048 * 4                                        # 16 MiB
     assert m.peak_bytes["attention", 2048] >= grid                # A is returned: it was resident
     assert m.peak_bytes["attention (tiled)", 2048] < grid / 8
-    assert (measured.peak_bytes > 0).all()
+    # resident-size counters move in pages, and Linux syncs them in batches: a few hundred
+    # KiB are below what this can see (an RNN's 64 KiB H read 0 once), so: never negative,
+    # and the MiB-sized outputs seen whole
+    assert (measured.peak_bytes >= 0).all()
+    big = measured[measured.output_bytes >= 4 * 2**20]
+    assert len(big) and (big.peak_bytes >= big.output_bytes - 2**19).all()
     assert (measured.peak_bytes <= measured.estimate_bytes).all()  # the estimates cover the peaks
     g = peakmem.growth_exponents(measured)
     assert 1.7 < g["attention"] < 2.2                              # the T x T weights
