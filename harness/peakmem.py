@@ -108,7 +108,7 @@ def measure(config=DEFAULT, variants=None):
 def growth_exponents(frame):
     """{model: the slope of log peak_bytes against log T between the two largest measured T}:
     2 for what stores a T x T grid, 1 for what stores a few (T, d) arrays (NaN with fewer
-    than two measured T)."""
+    than two measured T, or a peak of 0, below the counters' resolution)."""
     out = {}
     for model, g in frame.dropna(subset=["peak_bytes"]).groupby("model", sort=False):
         g = g.sort_values("T")
@@ -116,7 +116,8 @@ def growth_exponents(frame):
             out[model] = math.nan
             continue
         (t0, p0), (t1, p1) = g[["T", "peak_bytes"]].to_numpy(float)[-2:]
-        out[model] = float(np.log(p1 / p0) / np.log(t1 / t0))
+        # a peak of 0 is below what the resident-size counters resolve: no growth to read
+        out[model] = float(np.log(p1 / p0) / np.log(t1 / t0)) if min(p0, p1) > 0 else math.nan
     return out
 
 

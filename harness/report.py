@@ -248,7 +248,8 @@ def caption_memory(f):
     m = f["peak_memory"].dropna(subset=["peak_bytes"])
     top = m[m["T"] == m["T"].max()].sort_values("peak_bytes")
     growth = peakmem.growth_exponents(m)
-    each = "; ".join(f"{r.model} {r.peak_bytes / 2**20:.1f} MiB (T^{growth[r.model]:.2f})"
+    each = "; ".join(f"{r.model} {r.peak_bytes / 2**20:.1f} MiB"
+                     + (f" (T^{growth[r.model]:.2f})" if math.isfinite(growth[r.model]) else "")
                      for r in top.itertuples())
     low, high = top.iloc[0], top.iloc[-1]
     return (f"Peak resident memory of one forward call ({m.dtype.iloc[0]}, d = {int(m.d.iloc[0])}, "

@@ -118,3 +118,13 @@ def test_a_call_that_would_not_fit_is_nan_and_left_out_of_the_growth(monkeypatch
     g = peakmem.growth_exponents(rows.assign(peak_bytes=[1.0, 4.0, float("nan")]))
     assert g == {"rnn": pytest.approx(1.0)}                  # from T = 16 and 64 only
     assert math.isnan(peakmem.growth_exponents(rows.iloc[:1])["rnn"])
+    zero = rows.assign(peak_bytes=[0.0, 4.0, 8.0])             # 0: below the counters' resolution
+    assert peakmem.growth_exponents(zero.iloc[:2]) == {"rnn": pytest.approx(math.nan, nan_ok=True)}
+
+
+def test_caption_leaves_out_a_growth_it_cannot_read():
+    f = pd.DataFrame({"model": ["a", "a", "b", "b"], "T": [10, 100] * 2, "d": 4, "dtype": "float32",
+                      "peak_bytes": [0, 2**20, 2**20, 10 * 2**20], "output_bytes": 0,
+                      "estimate_bytes": 0})
+    cap = report.caption_memory({"peak_memory": f})
+    assert "a 1.0 MiB; b 10.0 MiB (T^1.00)" in cap
