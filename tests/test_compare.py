@@ -182,3 +182,11 @@ def test_cli_long_runs_the_long_config(tmp_path, monkeypatch, capsys):
     assert set(t.direction) == {"forward", "forward+backward"} and (t.repeats == 3).all()
     assert (t.number == 1).all()                      # min_sample_s = 0: one call a sample
     assert "forward+backward" in capsys.readouterr().out
+
+
+def test_tiled_peers_name_a_batched_x():
+    from harness.models import attention as matt
+    X = np.ones((2, 5, 3))
+    W = [np.eye(3)] * 3
+    with pytest.raises(ValueError, match=r"X must be \(T, d\) for the tiled kernel's peers, got shape \(2, 5, 3\)"):
+        matt.tiled_peers(X, W, np.ones((2, 5, 3)))

@@ -317,7 +317,8 @@ def tiled_peers(X, W, dY, torch=None):
     """At long T, the peers that keep no T x T array either: NumPy by blocks of 256 query
     rows (``reference.attention_forward_blocked``) and PyTorch's SDPA, which is tiled."""
     if X.ndim != 2:
-        raise ValueError(f"X must be (T, d) for the tiled kernel's peers, got shape {X.shape}.")
+        raise ValueError(f"X must be (T, d) for the tiled kernel's peers, got shape {X.shape}: "
+                         f"compare one sequence (batch 1).")
     Y, L = reference.attention_forward_blocked(X, *W)
 
     def n_forward_backward():
