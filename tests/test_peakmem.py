@@ -96,6 +96,7 @@ def test_a_failing_child_is_named_with_its_error(monkeypatch):
     ({"T_values": (256, 0)}, "T_values"), ({"d": -1}, "d must be"),
     ({"dtype": "float16"}, "dtype must be 'float32' or 'float64', got 'float16'")])
 def test_bad_arguments_are_named(change, words):
+    change = dict(change)  # the parameter is shared by every run of this test in a process
     variants = change.pop("variants", ["rnn"])
     with pytest.raises(ValueError, match=words):
         peakmem.measure(dataclasses.replace(SMALL, **change), variants=variants)

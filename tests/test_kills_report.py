@@ -1,0 +1,194 @@
+"""``harness.report``: captions on edge-case frames, and the report folder's assembly.
+
+Written against mutants of ``harness/report.py`` that the other tests left alive.
+The captions are fed hand-built frames whose numbers are known; the folder is
+built by ``build_report``/``_build`` with the analysers stubbed by small frames
+(no figures, no timing), and its files are checked against values worked out
+by hand: the depth table's cells, the two claims a depth frame decides, the
+noise figures in machine.json, the data dictionary beside the CSVs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import html
+import json
+import os
+from pathlib import Path
+from unittest import mock
+
+import pandas as pd
+import pytest
+
+from harness import report
+from harness._io import UsageError
+from harness.models import ATTENTION, RECURRENCE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------- captions
+
+def _schedule_rows(T, d, series):
+    """``series``: {(model, grain): (span, {P: time})} -> a schedule frame, rows shuffled."""
+    rows = [{"model": m, "T": T, "d": d, "grain": g, "P": P, "time": t, "span": span,
+             "bounds_ok": True}
+            for (m, g), (span, times) in series.items() for P, t in times.items()]
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=3)
+
+
+def test_schedule_caption_of_one_token_on_one_processor():
+    # the smallest schedule: T = 1, so P = 1 is both "one processor" and "T processors",
+    # and every (model, grain) has a single row
+    s = _schedule_rows(1, 2, {(RECURRENCE, "scalar"): (6, {1: 14}),
+                              (ATTENTION, "scalar"): (9, {1: 30}),
+                              (RECURRENCE, "element"): (4, {1: 11}),
+                              (ATTENTION, "element"): (5, {1: 25})})
+    cap = report.caption_schedule({"schedule": s})
+    assert "for the lesson's T = 1 tokens (d = 2)" in cap
+    assert "the RNN needs 14 steps against 14 on one processor: 1.0× faster" in cap
+    assert "its span of 6 (reached at P = 1)" in cap
+    assert "Attention needs 30 steps on 1 processors" in cap
+    assert "only at none of the P scheduled; its span, 9, is not constant" in cap
+    assert "stops improving at P = 1 (" in cap and "on a floor of 4 steps" in cap
+    assert cap.endswith("hold on all 4 of 4 runs.")
+
+
+def test_schedule_caption_compares_only_the_P_both_models_ran_at():
+    # attention was also scheduled at P = 50, where the RNN was not: no comparison there,
+    # so the first P where attention is faster is 100 (30 < 40), not 50
+    s = _schedule_rows(20, 4, {
+        (RECURRENCE, "scalar"): (40, {1: 500, 4: 130, 20: 60, 100: 40}),
+        (ATTENTION, "scalar"): (10, {1: 900, 4: 230, 20: 70, 50: 35, 100: 30}),
+        (RECURRENCE, "element"): (50, {1: 600, 4: 160, 20: 80, 100: 50})})
+    cap = report.caption_schedule({"schedule": s})
+    assert "is faster than the RNN only from P = 100 on;" in cap
+    assert "needs 60 steps against 500 on one processor: 8.3× faster" in cap   # 500 / 60
+
+
+def test_wall_caption_gives_each_model_its_own_interval_and_the_step_in_microseconds():
+    w = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "T": 64, "d": 32, "threads": 2,
+                      "seconds_per_step": [0.0625, 0.5]})
+    e = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "exponent": [1.0312, 1.8765],
+                      "exponent_lo": [0.9222, 1.7111], "exponent_hi": [1.1333, 1.9444]})
+    cap = report.caption_wall({"wall_times": w, "exponents": e})
+    assert f"{RECURRENCE} 1.03 [0.92, 1.13], {ATTENTION} 1.88 [1.71, 1.94]." in cap
+    assert "takes 62500.0 µs per step" in cap             # 0.0625 s = 62,500 µs exactly
+
+
+def test_memory_caption_compares_the_largest_with_the_smallest_of_three():
+    peaks = {"a": (2**20, 2**20), "b": (2**20, 10 * 2**20), "c": (2**20, 40 * 2**20)}
+    f = pd.DataFrame([{"model": m, "T": T, "d": 8, "dtype": "float64", "peak_bytes": p,
+                       "output_bytes": 0, "estimate_bytes": 0}
+                      for m, pair in peaks.items() for T, p in zip((100, 1000), pair)])
+    cap = report.caption_memory({"peak_memory": f})
+    assert "At T = 1000: a 1.0 MiB (T^0.00); b 10.0 MiB (T^1.00); c 40.0 MiB (T^" in cap
+    assert cap.endswith("c needs 40 times what a needs.")
+
+
+# ------------------------------------------------------------------- the folder
+
+def _depth_frame():
+    """RNN: span 3T, 2·T·d² multiplies; attention: span 7, 2·T²·d, scalar span growing."""
+    d = 64
+    rows = []
+    for T in (100, 1000):
+        rows.append({"model": RECURRENCE, "T": T, "d": d, "macs": 2 * T * d * d,
+                     "flops": 4 * T * d * d, "span": 3 * T, "max_path": 3 * T,
+                     "scalar_span": 20 * T, "parallelism": 2730.6667})
+        rows.append({"model": ATTENTION, "T": T, "d": d, "macs": 2 * T * T * d,
+                     "flops": 4 * T * T * d, "span": 7, "max_path": 7,
+                     "scalar_span": {100: 25, 1000: 31}[T], "parallelism": 12.25})
+    return pd.DataFrame(rows)
+
+
+RATES = {"noise_ratio": 1.0234, "noise_ratio_lo": 0.9712, "noise_ratio_hi": 1.0811,
+         "noise_floor": 0.0456}
+
+
+def _stub_sections(config, progress):
+    """Two of the report's sections, from hand-built frames and without figures."""
+    progress("depth")
+    yield ("depth", "Sequential depth", {"depth": _depth_frame()}, [])
+    progress("wall")
+    w = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "T": 64, "d": 32, "threads": 1,
+                      "seconds_per_step": 2e-6})
+    e = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "exponent": [1.0, 2.0],
+                      "exponent_lo": [0.9, 1.9], "exponent_hi": [1.1, 2.1]})
+    yield ("wall", "Measured", {"wall_times": w, "exponents": e,
+                                "rates": pd.DataFrame([dict(d=32, threads=1, **RATES)])}, [])
+
+
+def test_build_writes_the_depth_table_the_claims_and_the_noise_floor(tmp_path, monkeypatch):
+    checkout = tmp_path / "checkout"                # a checkout: harness/ beside docs/data.md
+    (checkout / "docs").mkdir(parents=True)
+    (checkout / "docs" / "data.md").write_text("# the data dictionary of this checkout\n")
+    monkeypatch.setattr(report, "__file__", str(checkout / "harness" / "report.py"))
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    seen = []
+    with mock.patch.object(report, "_sections", _stub_sections):
+        report._build(stage, None, seen.append, "harness report")
+    assert seen == ["depth", "wall"]
+    page = (stage / "index.html").read_text(encoding="utf-8")
+    depth = page.split('<section id="depth">')[1].split("</section>")[0]
+    # the depth table under its caption: 2·1000·64² = 8,192,000 and 2·1000²·64 = 128,000,000
+    for cell in ("8,192,000", "16,384,000", "128,000,000", "2,730.7", "12.2"):
+        assert f"<td>{cell}</td>" in depth, cell
+    # span/T = 3 at both T: the RNN's steps in sequence; attention's span 7 at both T while
+    # its scalar span grows 25 -> 31: constant stages, with a qualification
+    claims = pd.read_csv(stage / "claims.csv")
+    assert claims.claim.tolist() == ["An RNN's T steps run one after another",
+                                     "Attention is a constant number of stages"]
+    assert claims.verdict.tolist() == ["holds", "holds with a qualification"]
+    assert claims.value.tolist() == [3.0, 7.0]
+    assert ("2 claims of the three lessons against this run's measurements: 1 holds, "
+            "1 holds with a qualification, 0 does not hold.") in html.unescape(page)
+    meta = json.loads((stage / "machine.json").read_text())
+    assert {k: meta.get(k) for k in RATES} == RATES
+    # the data dictionary of the checkout the module runs from, copied beside the CSVs
+    assert (stage / "data.md").read_text() == "# the data dictionary of this checkout\n"
+
+
+def test_build_report_creates_missing_parent_folders(tmp_path):
+    out = tmp_path / "a" / "b" / "c" / "report"
+    with mock.patch.object(report, "_sections", _stub_sections):
+        got = report.build_report(out)
+    assert got == out.resolve() and (out / "index.html").is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["report"]
+
+
+def test_build_report_names_the_folder_it_cannot_create(tmp_path):
+    (tmp_path / "file").write_text("x")              # a file where a parent folder should be
+    parent = (tmp_path / "file" / "sub").resolve()
+    with pytest.raises(UsageError) as err:
+        report.build_report(parent / "report")
+    assert str(err.value) == (f"--out: cannot write in {str(parent)!r}: "
+                              f"{os.strerror(errno.ENOTDIR)}")
+
+
+def test_build_report_names_the_folder_it_cannot_stage_in(tmp_path):
+    out = tmp_path / "report"
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with mock.patch.object(report.tempfile, "mkdtemp", side_effect=full), \
+            pytest.raises(UsageError) as err:
+        report.build_report(out)
+    assert str(err.value) == (f"--out: cannot write in {str(tmp_path.resolve())!r}: "
+                              f"{os.strerror(errno.ENOSPC)}")
+    assert list(tmp_path.iterdir()) == []            # no lock, no stage left behind
+
+
+def test_a_signal_during_the_rename_leaves_the_report_and_still_interrupts(tmp_path):
+    @contextlib.contextmanager
+    def delivered_at_the_end():                      # a signal held back, delivered as it ends
+        yield
+        raise KeyboardInterrupt
+
+    out = tmp_path / "report"
+    with mock.patch.object(report, "_sections", _stub_sections), \
+            mock.patch.object(report._interrupt, "deferred", delivered_at_the_end), \
+            pytest.raises(KeyboardInterrupt):
+        report.build_report(out)
+    assert (out / "index.html").is_file()             # renamed whole before the signal
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]   # no stage, no lock
