@@ -561,6 +561,15 @@ def test_linear_orthogonal_decay_is_exact_for_any_finite_rho(measure):
         assert np.isfinite(f.log10_bound).all()
 
 
+@pytest.mark.parametrize("rho", [1e300, 1.5e308, 1.79e308])
+def test_sigma_max_is_finite_up_to_the_largest_double(rho):
+    """An orthogonal W_hh at radius rho has sigma_max = rho: finite for every finite rho
+    (float64 reaches 1.797e308, past 10^308)."""
+    f = mrnn.rnn_decay(T=3, d=4, rho=rho, weight="orthogonal", activation="identity",
+                       input_scale=1.0)
+    assert f.sigma_max.iloc[0] == pytest.approx(rho, rel=1e-12)
+
+
 def test_cli_extreme_rho_reproduction(tmp_path, capsys):
     out = tmp_path / "o"
     assert cli.main(["decay", "--rho", "1e-200", "1e155", "--T", "5", "--d", "4", "--activation",

@@ -248,7 +248,10 @@ def rnn_decay(T=256, d=32, rho=0.9, weight="orthogonal", activation="tanh", inpu
     u = np.random.default_rng(PROBE_SEED).normal(size=d)
     r = _gradient_norms(X, W_xh, W_unit, ln_rho, activation, measure, u / np.linalg.norm(u))
     log10_sigma = math.log10(rho) + math.log10(float(np.linalg.norm(W_unit, 2)))
-    sigma_max = 10.0 ** log10_sigma if log10_sigma < 308 else math.inf
+    try:
+        sigma_max = 10.0 ** log10_sigma
+    except OverflowError:                    # past float64's largest, about 1.8e308
+        sigma_max = math.inf
     k = r["distance"].astype(np.float64)
     ln_norm = r["ln_spectral"] if measure != "probe" else r["ln_probe"]
     return pd.DataFrame({
