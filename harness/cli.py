@@ -76,8 +76,10 @@ def main(argv=None):
             return 2
         except KeyboardInterrupt:
             sig = _interrupt.received() or signal.SIGINT
-            print(f"{name}: interrupted ({signal.Signals(sig).name}); nothing was written "
-                  f"that looks complete", file=sys.stderr)
+            # the signal may come before the output moved into place or just after it did
+            # (held back by _interrupt.deferred): either way no part of a run was left
+            print(f"{name}: interrupted ({signal.Signals(sig).name}); no partial output was "
+                  f"left", file=sys.stderr)
             return 128 + int(sig)
         except (ValueError, TypeError, MemoryError, FloatingPointError) as e:
             # the analysers check their own arguments and say which one is wrong; the command

@@ -100,7 +100,7 @@ def test_a_swallowed_signal_is_not_a_success(monkeypatch, capsys):
 
     monkeypatch.setattr(decay, "run", run)
     assert cli.main(["decay"]) == 128 + signal.SIGTERM
-    assert "interrupted (SIGTERM)" in capsys.readouterr().err
+    assert "interrupted (SIGTERM); no partial output was left" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- report's folder
