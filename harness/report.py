@@ -744,6 +744,8 @@ def _lock(path):
                 raise UsageError(f"--out: another harness report (pid {pid}) is writing "
                                  f"{str(path)!r}; wait for it or choose another folder") from None
             lock.unlink(missing_ok=True)           # left by a run killed with -9
+        except OSError as e:                       # a parent we may not write in (not root)
+            raise UsageError(f"--out: cannot write in {str(path.parent)!r}: {e.strerror}") from None
     try:
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)

@@ -195,6 +195,25 @@ def test_cli_refuses_an_unwritable_out(tmp_path, capsys):
     assert err.count("\n") == 0 and "--out" in err
 
 
+def test_cli_refuses_a_parent_it_may_not_write_in(tmp_path, capsys, monkeypatch):
+    """As a user other than root, an existing parent without write permission fails at the
+    lock file: that is --out's usage error too, naming the parent (simulated: CI runs as root)."""
+    import os
+    real_open = os.open
+
+    def refuse(path, *a, **k):
+        if str(path).endswith(".lock"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(os, "open", refuse)
+    assert cli.main(["report", "--quick", "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"harness report: error: --out: cannot write in {str(tmp_path)!r}: "
+                   f"Permission denied")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_help_has_examples():
     for argv in (["--help"], ["report", "--help"], ["decay", "--help"], ["depth", "--help"],
                  ["compare", "--help"]):
