@@ -115,7 +115,7 @@ def _crossing(pa, pr, T_max, extrapolate_max):
     return math.exp(logT)
 
 
-def _crossings(w, rate, variant, base, d, config, variants):
+def _crossings(w, rate, variant, base, config):
     """(measured_T, extrapolated_T, rate ratio, T_at) of one variant against the baseline."""
     Ts = w.index.to_numpy(dtype=float)
     r = np.log(w[variant] / w[base]).to_numpy()
@@ -174,7 +174,7 @@ def measured_crossover(times, config=DEFAULT, rates=None, resamples=timing.RESAM
             boot = rng.integers(0, n_rounds, size=(resamples, n_rounds))
             base_med = np.median(rounds_of(base)[:, boot], axis=2)    # (T, resamples)
         for variant in [m for m in variants if m in w.columns and m != base]:
-            cross, extra, speed, T_at = _crossings(w, rate, variant, base, d, config, variants)
+            cross, extra, speed, T_at = _crossings(w, rate, variant, base, config)
             lo = hi = math.nan
             if boot is not None:
                 gap = np.log(np.median(rounds_of(variant)[:, boot], axis=2) / base_med)
