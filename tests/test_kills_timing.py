@@ -420,3 +420,94 @@ def test_exponent_interval_without_rounds_is_a_float_nan():
     ex = walltime.fit_exponents(_times((10, 20, 40), (0.0, 0.7, 1.5)), min_T=10)
     assert ex.exponent_lo.dtype == np.float64 and ex.exponent_hi.dtype == np.float64
     assert ex.exponent_lo.isna().all() and ex.exponent_hi.isna().all()
+
+
+# ============================================================================ walltime: seeds and T
+
+def _calls_spy(seen):
+    def fake(T, d, seed, dtype=np.float64):
+        seen.append((T, d, seed))
+        return _fake_calls(T, d, seed, dtype)
+    return fake
+
+
+def test_measure_wall_times_takes_the_given_T_and_seeded_inputs_and_keeps_the_rounds_at_d():
+    cfg = dataclasses.replace(config.WALL, T_values=(5, 11), d=3, rounds=2, threads=1, seed=7)
+    seen = []
+    fake = _FakeRounds(lambda k, r: 1e-4 * (r + 1))
+    with mock.patch.object(walltime.timing, "time_interleaved", fake), \
+            mock.patch.object(walltime, "_calls", _calls_spy(seen)):
+        t = walltime.measure_wall_times(cfg, T_values=(4, 6, 9))
+    assert seen == [(4, 3, 7), (6, 3, 7), (9, 3, 7)]               # the T asked, inputs at seed 7
+    assert sorted(t["T"].unique()) == [4, 6, 9]
+    s = t.attrs["samples"]
+    assert len(s) == 3 * len(models.variants()) * 2
+    assert (s["d"] == 3).all() and s["d"].dtype.kind == "i"        # the rounds say their width
+
+
+def test_strong_scaling_times_inputs_drawn_at_the_config_seed():
+    cfg = dataclasses.replace(config.WALL, scaling_T=6, d=3, rounds=2, seed=7)
+    seen = []
+    with mock.patch.object(walltime.timing, "time_interleaved", _FakeRounds(lambda k, r: 1.0)), \
+            mock.patch.object(walltime, "_calls", _calls_spy(seen)):
+        walltime.strong_scaling(cfg, thread_counts=(1, 2))
+    assert seen == [(6, 3, 7), (6, 3, 7)]
+
+
+def test_matmul_rates_multiplies_inputs_drawn_at_the_config_seed():
+    from harness import _blas
+    cfg = dataclasses.replace(config.WALL, rounds=5, threads=1, seed=7)
+    got = {}
+
+    def run_each_once(fns, rounds, min_sample_s, seed=0):
+        for f in fns.values():
+            f()
+        return {k: np.full(rounds, 1e-3) for k in fns}, {k: 1 for k in fns}
+
+    def matmul(A, B, out):
+        got["Q"], got["K"] = A.copy(), B.copy()
+
+    def gemv_steps(W, h, out, T):
+        got["W"], got["h"], got["T"] = W.copy(), h.copy(), T
+    with mock.patch.object(walltime.timing, "time_interleaved", run_each_once), \
+            mock.patch.object(_blas, "matmul", matmul), \
+            mock.patch.object(_blas, "gemv_steps", gemv_steps):
+        walltime.matmul_rates(3, cfg, T=4)
+    rng = np.random.default_rng(7)
+    Q, K = rng.standard_normal((4, 3)), rng.standard_normal((3, 4))
+    W, h = rng.standard_normal((3, 3)) / math.sqrt(3), rng.standard_normal(3)
+    np.testing.assert_array_equal(got["Q"], Q)
+    np.testing.assert_array_equal(got["K"], K)
+    np.testing.assert_array_equal(got["W"], W)
+    np.testing.assert_array_equal(got["h"], h)
+    assert got["T"] == 4
+
+
+# ============================================================================ _fit: power law
+
+def test_power_law_counts_T_equal_to_one():
+    # seconds = T^2 at T = 1 and 2: two points, exponent 2, prefactor 1; without T = 1, one point
+    p, loga = _fit.power_law([1, 2], [1.0, 4.0])
+    assert p == pytest.approx(2.0, rel=1e-12) and loga == pytest.approx(0.0, abs=1e-12)
+    # with a third point off the line: log T = (0, l, 2l), log s = (0, 2l, 2l), l = ln 2;
+    # centred, (-l, 0, l) . (-4l/3, 2l/3, 2l/3) / (2 l^2) = 1 (without T = 1 it would be 0)
+    assert _fit.power_law([1, 2, 4], [1.0, 4.0, 4.0])[0] == pytest.approx(1.0, rel=1e-12)
+
+
+def test_power_law_computes_in_float64_whatever_the_input():
+    T32 = np.array([3, 7, 50], np.float32)
+    s32 = np.array([0.1, 0.3, 2.7], np.float32)
+    want = _fit.power_law(T32.astype(np.float64), s32.astype(np.float64))
+    assert _fit.power_law(T32, s32.astype(np.float64)) == want
+    assert _fit.power_law(T32.astype(np.float64), s32) == want
+    assert _fit.power_law(T32, s32) == want
+
+
+def test_power_law_recovers_its_exponent_over_a_narrow_range_of_large_T():
+    """T = 10^6 .. 10^6 + 4: log T varies by 4e-6 around 13.8. Centring both logs keeps the
+    slope exact to about 1e-9; an uncentred sum would cancel to a few parts in a hundred."""
+    T = np.array([1e6, 1e6 + 1, 1e6 + 2, 1e6 + 4])
+    for c, p in ((1.0, 1), (1.0, 2), (1e-9, 1), (1e-9, 2), (1e6, 1), (1e6, 2)):
+        slope, loga = _fit.power_law(T, c * T ** p)
+        assert slope == pytest.approx(p, rel=1e-7), (c, p)
+        assert loga == pytest.approx(math.log(c), abs=1e-5), (c, p)
