@@ -10,6 +10,7 @@ indexing, so that a changed axis, dtype, label or comparison makes a test fail.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -293,3 +294,218 @@ def test_a_stale_staging_folder_removed_by_another_run_is_no_error(tmp_path, mon
     files.discard()
     files.discard()                                          # twice: still no error
     assert list(tmp_path.iterdir()) == []
+
+
+# ============================================================================ second pass
+# Mutants first filed in bulk as "equivalent on the operands every traced forward uses":
+# each test below uses an operand the tracer supports but no traced forward happens to use
+# (a batched, 1-D or list operand, a plain array wider than the traced one, a 3-D reshape).
+
+def test_an_op_and_a_stack_list_each_dependency_once():
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (2, 3), ("T", "d_model"), source_row=0)
+    a = np.exp(X)                                 # op 0
+    a + a                                         # op 1 reads op 0 twice: one edge
+    assert g.ops[-1].deps == [(0, -1)]
+    a * a[1]                                      # the whole of op 0 and its row 1
+    assert g.ops[-1].deps == [(0, -1), (0, 1)]
+    assert np.stack([a, a, a]).deps == [(0, -1)]
+    assert np.concatenate([a, X, a]).deps == [(0, -1)]
+
+
+def test_a_plain_operand_wider_than_the_traced_one_broadcasts_like_numpy():
+    g = trace.Graph()
+    x = trace.leaf(g, "x", (3,), ("d_model",))
+    plain = np.zeros((2, 3))
+    for y in (x + plain, plain * x, np.where(np.ones((2, 3), bool), x, 0.0)):
+        assert y.shape == y.dist.shape == y.sdepth.shape == g.ops[-1].shape == (2, 3)
+        assert y.axes == ("?", "d_model")
+
+
+def test_where_waits_for_the_traced_branch():
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (2, 3), ("T", "d_model"), source_row=0)
+    e = np.exp(X)                                 # dist: row 0 one op from position 1
+    mask = np.array([[True, False, True], [True, True, False]])
+    for w in (np.where(mask, e, 0.0), np.where(mask, 0.0, e)):
+        assert g.ops[-1].kind == "where" and g.ops[-1].deps == [(e.owner, -1)]
+        np.testing.assert_array_equal(w.dist, [[2, 2, 2], [np.inf] * 3])
+        np.testing.assert_array_equal(w.sdepth, np.full((2, 3), 2))
+
+
+def test_matmul_sdepth_is_per_row_of_a_and_per_column_of_b():
+    """Element (i, j) is 1 + ceil(log2 k) levels after the deepest of row i and column j."""
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (2, 3), ("T", "d_model"))
+    W = trace.leaf(g, "W", (3, 4), ("d_model", "d_k"))
+    a = np.concatenate([np.exp(X[:1]), X[1:]])                    # row depths 1, 0
+    np.testing.assert_array_equal((a @ W).sdepth, [[1 + 1 + 2] * 4, [0 + 1 + 2] * 4])
+    b = np.concatenate([np.exp(W[:, :2]), W[:, 2:]], axis=1)      # column depths 1, 1, 0, 0
+    np.testing.assert_array_equal((X @ b).sdepth, [[4, 4, 3, 3]] * 2)
+
+
+def test_matmul_with_vectors_and_lists_drops_axes_like_numpy():
+    g = trace.Graph()
+    W = trace.leaf(g, "W", (4, 3), ("d_h", "d_model"))
+    v = trace.leaf(g, "v", (3,), ("d_model",))
+    u = trace.leaf(g, "u", (4,), ("d_h",))
+    Wv = W @ v
+    assert Wv.shape == (np.zeros((4, 3)) @ np.zeros(3)).shape == (4,) and Wv.axes == ("d_h",)
+    uW = u @ W
+    assert uW.shape == (np.zeros(4) @ np.zeros((4, 3))).shape == (3,) and uW.axes == ("d_model",)
+    vv = v @ v
+    assert vv.shape == vv.dist.shape == (np.zeros(3) @ np.zeros(3)).shape == ()
+    assert vv.axes == () and g.ops[-1].shape == ()
+    Wl = W @ [1.0, 2.0, 3.0]                      # a list, as ndarray @ list allows
+    assert Wl.shape == (4,) and Wl.axes == ("d_h",) and g.ops[-1].inner == 3
+
+
+def test_batched_matmul_follows_numpy_shapes_and_depths():
+    g = trace.Graph()
+    A = trace.leaf(g, "A", (2, 3, 4), ("head", "T", "d_k"), source_row=0)
+    M = trace.leaf(g, "M", (4, 5), ("d_k", "d_v"))
+    AM = A @ M                                    # (head, T, d_k) @ (d_k, d_v)
+    assert AM.shape == AM.dist.shape == np.matmul(np.zeros((2, 3, 4)), np.zeros((4, 5))).shape
+    assert AM.axes == ("head", "T", "d_v") and g.ops[-1].inner == 4
+    assert g.ops[-1].part == "product"            # contracts over d_k, not over T
+    np.testing.assert_array_equal(AM.dist, np.broadcast_to([[1.0], [np.inf], [np.inf]], (2, 3, 5)))
+    assert (AM.sdepth == 1 + 2).all()
+    B = trace.leaf(g, "B", (2, 4, 5), ("head", "d_k", "d_v"))
+    X = trace.leaf(g, "X", (3, 4), ("T", "d_k"), source_row=1)
+    XB = X @ B                                    # (T, d_k) @ (head, d_k, d_v)
+    assert XB.shape == XB.dist.shape == XB.sdepth.shape == (2, 3, 5)
+    assert XB.axes[-2:] == ("T", "d_v")
+    np.testing.assert_array_equal(XB.dist, np.broadcast_to([[np.inf], [1.0], [np.inf]], (2, 3, 5)))
+    K = trace.leaf(g, "K", (2, 4, 3), ("head", "d_k", "T"))
+    X @ K                                         # every pair of positions, per head
+    assert g.ops[-1].part == "grid" and g.ops[-1].shape == (2, 3, 3)
+    u = trace.leaf(g, "u", (4,), ("d_k",))
+    uB = u @ B                                    # (d_k,) @ (head, d_k, d_v)
+    assert uB.shape == uB.dist.shape == np.matmul(np.zeros(4), np.zeros((2, 4, 5))).shape
+    Av = A @ u
+    assert Av.shape == (2, 3) and Av.axes == ("head", "T")
+
+
+def test_sum_and_max_of_vectors_and_batches():
+    g = trace.Graph()
+    v = trace.leaf(g, "v", (5,), ("d_model",))
+    s = v.sum()
+    assert s.shape == s.dist.shape == np.zeros(5).sum(axis=-1).shape == ()
+    assert s.axes == () and int(s.sdepth) == 3 and g.ops[-1].inner == 5   # ceil(log2 5)
+    H = trace.leaf(g, "H", (2, 3, 4), ("head", "T", "d_k"))
+    m = H.max()
+    assert m.shape == m.sdepth.shape == (2, 3) and m.axes == ("head", "T")
+    assert (m.sdepth == 2).all() and g.ops[-1].inner == 4
+
+
+def test_reshape_labels_of_3d_and_of_added_leading_axes():
+    g = trace.Graph()
+    H = trace.leaf(g, "H", (2, 3, 4), ("head", "T", "d_k"))
+    assert H.reshape(2, 3, 4).axes == ("head", "T", "d_k")        # nothing merged
+    assert H.reshape(6, 4).axes == ("head", "d_k")                # head and T merged
+    X = trace.leaf(g, "X", (3, 4), ("T", "d_model"))
+    assert X.reshape(3, 4).axes == ("T", "d_model")
+    # a new leading axis merges nothing: its label is unknown
+    Y = X.reshape(1, 3, 4)
+    assert Y.shape == (1, 3, 4) and Y.axes == ("?", "T", "d_model")
+
+
+def test_check_name_shows_the_name_it_refuses():
+    name = b"out\xff".decode("utf-8", "surrogateescape")
+    with pytest.raises(_io.UsageError) as err:
+        _io.check_name(name, "--figures")
+    assert str(err.value) == ("--figures: the name 'out\\udcff' holds bytes that are not UTF-8; "
+                              "please use a UTF-8 name")
+
+
+def test_a_file_in_the_way_of_the_output_folder_is_named(tmp_path, monkeypatch):
+    """mkdir refuses a file by itself; this check catches one put there after mkdir (a race)."""
+    f = tmp_path / "report"
+    f.write_text("not a folder")
+    monkeypatch.setattr(_io.Path, "mkdir", lambda self, **kw: None)
+    with pytest.raises(_io.UsageError) as err:
+        _io.ensure_writable_dir(f, "--out")
+    assert str(err.value) == f"--out: {str(f)!r} exists and is not a directory"
+
+
+def test_a_failed_commit_puts_back_the_old_files_it_can(tmp_path, monkeypatch):
+    """The move of b fails, and putting old a back fails too: old b still comes back, and
+    the error the caller sees is the one that stopped the commit, not the second one."""
+    for name in ("a.csv", "b.csv"):
+        (tmp_path / name).write_text(f"old {name}")
+    files = _io.OutputSet(tmp_path)
+    files.write_text("a.csv", "new a.csv")
+    files.write_text("b.csv", "new b.csv")
+    real = _io.os.replace
+
+    def flaky(src, dst):
+        src, dst = Path(src), Path(dst)
+        if src.parent == files.stage and src.name == "b.csv":
+            raise OSError("disk full")
+        if src.parent.name == ".old" and src.name == "a.csv":
+            raise OSError("cannot put a.csv back")
+        return real(src, dst)
+    monkeypatch.setattr(_io.os, "replace", flaky)
+    with pytest.raises(OSError, match="disk full"):
+        files.commit()
+    monkeypatch.undo()
+    files.discard()
+    assert (tmp_path / "b.csv").read_text() == "old b.csv"
+
+
+# ============================================================================ depth, second pass
+
+def _parts_trace(seconds):
+    """The toy trace plus an empty product under a weight part: parts product 12, mul 4, idle 0."""
+    tr = _toy_trace()
+    g = tr.graph
+    g.weight_parts["E"] = "idle"
+    trace.leaf(g, "E", (0, 2), ("T", "d_model")) @ trace.leaf(g, "W2", (2, 2), ("d_model", "d_k"))
+    Z = trace.leaf(g, "Z", (3, 2), ("T", "d_model"), source_row=0)
+    tr.outputs = (np.exp(np.concatenate([Z[:1]] * 3)),)   # every row one op from position 1
+    tr.seconds = seconds
+    assert tr.macs_by_part() == {"product": 12, "mul": 4, "idle": 0}
+    return tr
+
+
+class _Fam:
+    lesson_parts = ("product", "spare")
+
+
+class _Form:
+    def __init__(self, parts):
+        self.parts = parts
+
+    def macs(self, T, d):
+        return dict(self.parts)
+
+
+def _one_toy_form(monkeypatch, closed):
+    monkeypatch.setattr(depth.models, "traced_forms",
+                        lambda families: {"toy": (_Fam(), _Form(closed))})
+
+
+def test_count_table_rows_a_part_missing_on_one_side_as_zero(monkeypatch):
+    _one_toy_form(monkeypatch, {"product": 12, "mul": 4, "spare": 0})
+    traces = {("toy", 3, 2): _parts_trace(0.0)}
+    frame = depth.count_table([3], 2, families=("toy",), traces=traces)
+    assert frame.part.tolist() == ["idle", "mul", "product", "spare"]
+    assert frame.macs.tolist() == [0, 4, 12, 0] and frame.flops.tolist() == [0, 8, 24, 0]
+    assert frame.closed_form.tolist() == [0, 4, 12, 0]
+    assert frame.in_lesson_comparison.tolist() == [False, False, True, True]
+    # a closed form that disagrees stops the table, showing the rows that differ
+    _one_toy_form(monkeypatch, {"product": 13, "mul": 4})
+    with pytest.raises(AssertionError, match=r"(?s)traced counts differ from the closed "
+                                             r"forms:\n.*product.*12.*13"):
+        depth.count_table([3], 2, families=("toy",), traces=traces)
+
+
+def test_depth_table_counts_lesson_parts_it_did_not_trace_as_zero(monkeypatch):
+    _one_toy_form(monkeypatch, {})
+    tr = _parts_trace(0.125)
+    frame = depth.depth_table([3], 2, families=("toy",), traces={("toy", 3, 2): tr})
+    row = frame.iloc[0]
+    assert (row.macs, row.flops, row.macs_all) == (12, 24, 16)      # product 12 + spare 0
+    assert (row.ops, row.max_path, row.scalar_work, row.scalar_span) == (7, 1, 29 + 6, 1)
+    assert row.trace_seconds == tr.seconds == 0.125                 # the trace's own figure
+    assert list(frame.columns)[-1] == "trace_seconds"
