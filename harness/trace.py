@@ -239,7 +239,11 @@ class Traced:
         dist = np.minimum(da.min(axis=-1, keepdims=True), db.min(axis=-2, keepdims=True))
         sdep = np.maximum(ea.max(axis=-1, keepdims=True), eb.max(axis=-2, keepdims=True))
         shape = np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
-        axes = xa[:-1] + xb[-1:]
+        # batch axes broadcast as the shapes do (right-aligned), each named by the operand
+        # that names it; then a's rows and b's columns
+        nb = len(shape) - 2
+        pa, pb = ("?",) * (nb - len(xa[:-2])) + xa[:-2], ("?",) * (nb - len(xb[:-2])) + xb[:-2]
+        axes = tuple(x if x not in ("?", "1") else y for x, y in zip(pa, pb)) + (xa[-2], xb[-1])
         if len(np.shape(a) if not isinstance(a, Traced) else a.shape) == 1:
             shape, dist, sdep, axes = shape[:-2] + shape[-1:], dist[..., 0, :], sdep[..., 0, :], axes[:-2] + axes[-1:]
         if len(np.shape(b) if not isinstance(b, Traced) else b.shape) == 1:

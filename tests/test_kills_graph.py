@@ -509,3 +509,19 @@ def test_depth_table_counts_lesson_parts_it_did_not_trace_as_zero(monkeypatch):
     assert (row.ops, row.max_path, row.scalar_work, row.scalar_span) == (7, 1, 29 + 6, 1)
     assert row.trace_seconds == tr.seconds == 0.125                 # the trace's own figure
     assert list(frame.columns)[-1] == "trace_seconds"
+
+
+def test_matmul_labels_every_axis_of_its_shape_batch_axes_from_either_side():
+    g = trace.Graph()
+    a = trace.leaf(g, "a", (3, 4), ("T", "d_k"))
+    b = trace.leaf(g, "b", (2, 4, 5), ("head", "d_k", "d_v"))
+    v = trace.leaf(g, "v", (4,), ("d_k",))
+    c = trace.leaf(g, "c", (2, 1, 5, 4), ("layer", "1", "T", "d_k"))
+    cases = [(a, b, ("head", "T", "d_v")), (v, b, ("head", "d_v")),
+             (b, np.ones(5), ("head", "d_k")), (c, b, ("layer", "head", "T", "d_v")),
+             (np.ones((2, 3, 4)), a.T, ("?", "?", "T"))]
+    for x, y, want in cases:
+        r = x @ y
+        assert r.shape == np.shape(np.ones(np.shape(x) if not isinstance(x, trace.Traced) else x.shape)
+                                   @ np.ones(y.shape if isinstance(y, trace.Traced) else np.shape(y)))
+        assert r.axes == want, (r.shape, r.axes)
