@@ -14,10 +14,19 @@ import contextlib
 import errno
 import html
 import json
+import math
 import os
+import re
+import warnings
 from pathlib import Path
 from unittest import mock
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.colors as mcolors
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -192,3 +201,172 @@ def test_a_signal_during_the_rename_leaves_the_report_and_still_interrupts(tmp_p
         report.build_report(out)
     assert (out / "index.html").is_file()             # renamed whole before the signal
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]   # no stage, no lock
+
+
+# ------------------------------------------------------ captions on one-row frames
+
+def test_clipping_caption_of_a_single_radius_states_its_threshold():
+    # clipping_experiment(rhos=(1.5,)) gives one row: the caption still names the threshold
+    c = pd.DataFrame({"rho": [1.5], "threshold": [2.0], "log10_total_before": [3.0],
+                      "log10_total_after": [math.log10(2.0)],
+                      "log10_far_over_near_before": [2.0], "log10_far_over_near_after": [2.0]})
+    cap = report.caption_clipping({"clipping": c})
+    assert cap.startswith("Clipping the total gradient to 2 rescales every distance by ")
+
+
+def test_memory_caption_of_one_measured_variant_at_one_T():
+    # measure(variants=["a"]) at a single T: one row, no growth to read
+    f = pd.DataFrame([{"model": "a", "T": 100, "d": 8, "dtype": "float32",
+                       "peak_bytes": 3 * 2**20, "output_bytes": 0, "estimate_bytes": 0}])
+    cap = report.caption_memory({"peak_memory": f})
+    assert cap.startswith("Peak resident memory of one forward call (float32, d = 8, ")
+    assert "At T = 100: a 3.0 MiB" in cap
+    assert cap.endswith("a needs 1 times what a needs.")
+
+
+def test_memory_caption_when_only_one_variant_fits_at_the_largest_T():
+    # b's call at T = 1000 was refused (MemoryError: NaN peak): a alone is compared there
+    f = pd.DataFrame([{"model": m, "T": T, "d": 8, "dtype": "float64", "peak_bytes": p,
+                       "output_bytes": 0, "estimate_bytes": 0}
+                      for m, T, p in (("a", 100, 2**20), ("a", 1000, 10 * 2**20),
+                                      ("b", 100, 4 * 2**20), ("b", 1000, math.nan))])
+    cap = report.caption_memory({"peak_memory": f})
+    assert "At T = 1000: a 10.0 MiB (T^1.00); in brackets" in cap     # 10 = 10^1
+    assert cap.endswith("a needs 1 times what a needs.")
+
+
+def test_attention_path_caption_of_a_single_T_states_its_input_scale():
+    lv = pd.DataFrame([{"T": 64, "input_scale": s, "log10_level": -s, "log10_min": -s - 1,
+                        "log10_max": -s + 1, "log10_value": -2.0, "log10_score": -3.0}
+                       for s in (0.5, 2.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")           # a line through one point: rank-deficient
+        cap = report.caption_attention_path({"attention_level": lv})
+    assert "At input scale 0.5 its level (the mean of log10" in cap
+    assert "falls from 10^-0.5 at T = 64 to 10^-0.5 at T = 64" in cap
+
+
+# ------------------------------------------------------------- check_out messages
+
+def test_check_out_names_the_folder_it_refuses(tmp_path, monkeypatch):
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    with pytest.raises(UsageError) as err:
+        report.check_out(full)
+    assert str(err.value) == f"--out: {str(full)!r} exists and is not an empty directory"
+    monkeypatch.chdir(full)
+    with pytest.raises(UsageError) as err:
+        report.check_out(".")
+    assert str(err.value).startswith("--out: '.' is the current directory or holds it; ")
+
+
+# ------------------------------------------------------------------ figures
+
+def _decay(tanh_far):
+    """RNN at ρ = 0.9, k = 1..3, both activations; attention at k = 1..3.
+    The tanh RNN's value at k = 3 is ``tanh_far``; everything else within ±3 decades."""
+    rows = []
+    for act in ("identity", "tanh"):
+        for k in (1, 2, 3):
+            n = -1.0 * k if act == "identity" else -2.0 * k
+            if act == "tanh" and k == 3:
+                n = tanh_far
+            rows.append({"model": RECURRENCE, "weight": "orthogonal", "input_scale": 1.0,
+                         "activation": act, "rho": 0.9, "distance": k, "log10_norm": n,
+                         "log10_bound": -0.5 * k})
+    for k in (1, 2, 3):
+        rows.append({"model": ATTENTION, "weight": "gaussian", "input_scale": 1.0,
+                     "activation": "softmax", "rho": float("nan"), "distance": k,
+                     "log10_norm": -0.25 * k, "log10_bound": float("nan")})
+    return pd.DataFrame(rows)
+
+
+def _panel(fig, act):
+    (ax,) = [ax for ax in fig.axes if ax.get_title() == f"activation = {act}"]
+    return ax
+
+
+def _edges(ax):
+    """The horizontal lines (the window's edges) on ``ax``."""
+    return [ln for ln in ax.lines if len(ln.get_ydata()) == 2
+            and ln.get_ydata()[0] == ln.get_ydata()[1] and list(ln.get_xdata()) == [0, 1]]
+
+
+def _data_y(ax):
+    return [float(y) for ln in ax.lines if ln not in _edges(ax) for y in ln.get_ydata()]
+
+
+def test_decay_figure_legend_has_one_measured_and_one_theory_style_and_its_title():
+    fig = report.figure_decay({"decay": _decay(-6.0)})
+    assert [t.get_text() for t in fig.legends[0].texts] == [
+        "series", "RNN ρ=0.9", ATTENTION, "curve", "measured", "theory / bound"]
+    assert fig._suptitle.get_text() == "RNN: ‖∂h_T/∂h_(T−k)‖;  attention: ‖∂y_T/∂x_(T−k)‖"
+    plt.close(fig)
+
+
+def test_decay_figure_draws_a_value_exactly_on_the_window_as_it_is_on_a_shared_axis():
+    # -60 decades is inside the window (|v| > 60 is beyond): no edges, no note, nothing moved;
+    # the panels share one y axis, so the identity panel reaches down to -60 too
+    fig = report.figure_decay({"decay": _decay(-60.0)})
+    ident, tanh = _panel(fig, "identity"), _panel(fig, "tanh")
+    for ax in (ident, tanh):
+        assert _edges(ax) == [] and len(ax.texts) == 0
+    assert min(_data_y(tanh)) == -60.0
+    assert ident.get_ylim() == tanh.get_ylim() and ident.get_ylim()[0] <= -60.0
+    plt.close(fig)
+
+
+def test_decay_figure_draws_values_beyond_the_window_on_its_dotted_edges_with_a_note():
+    # +75 decades (an exploding tanh value) is drawn on the +60 edge, not above it
+    fig = report.figure_decay({"decay": _decay(75.0)})
+    fig.canvas.draw()
+    for act in ("identity", "tanh"):
+        ax = _panel(fig, act)
+        edges = _edges(ax)
+        assert sorted(ln.get_ydata()[0] for ln in edges) == [-60.0, 60.0]
+        assert {ln.get_linestyle() for ln in edges} == {":"}     # "the dotted line"
+        (note,) = ax.texts
+        assert note.get_text() == ("values beyond ±60 decades drawn on the dotted line "
+                                   "(1 points)")
+        # the note lies inside its panel (outside, the panel's clip would hide it)
+        box, frame = note.get_window_extent(), ax.get_window_extent()
+        assert (frame.x0 <= box.x0 and box.x1 <= frame.x1
+                and frame.y0 <= box.y0 and box.y1 <= frame.y1), (box, frame)
+        assert max(_data_y(ax)) <= 60.0
+    assert 60.0 in _data_y(_panel(fig, "tanh"))
+    plt.close(fig)
+
+
+def test_clipping_figure_legend_says_before_and_after_clipping():
+    c = pd.DataFrame({"rho": [0.5, 1.5], "log10_far_over_near_before": [-4.0, 3.0],
+                      "log10_far_over_near_after": [-4.0, 3.0]})
+    fig = report.figure_clipping({"clipping": c})
+    assert [t.get_text() for t in fig.legends[0].texts] == ["before clipping", "after clipping"]
+    plt.close(fig)
+
+
+def test_attention_path_figure_colours_input_scale_on_viridis():
+    # two input scales: the smaller at viridis' dark end, the larger at its yellow end
+    lv = pd.DataFrame([{"T": T, "input_scale": s, "log10_level": -s, "log10_min": -s - 1,
+                        "log10_max": -s + 1} for s in (1.0, 4.0) for T in (10, 100, 1000)])
+    fig = report.figure_attention_path({"attention_level": lv})
+    viridis = matplotlib.colormaps["viridis"]
+    drawn = {float(ln.get_ydata()[0]): mcolors.to_rgba(ln.get_color())
+             for ln in fig.axes[0].lines if len(ln.get_xdata()) == 3}
+    assert np.allclose(drawn[-1.0], viridis(0.0)) and np.allclose(drawn[-4.0], viridis(1.0))
+    plt.close(fig)
+
+
+def test_save_keeps_what_lies_outside_the_figure(tmp_path):
+    # the decay figure's title sits above the figure (y = 1.02): the files must hold it
+    fig = plt.figure(figsize=(2, 1))
+    fig.text(0.5, 1.5, "above")                    # 0.5 in above the top edge
+    fig.text(0.5, -1.5, "below")                   # 1.5 in below the bottom edge
+    report._save(fig, tmp_path, "x")
+    from PIL import Image
+    with Image.open(tmp_path / "x.png") as im:
+        assert im.size[1] > 2 * 110                # taller than the 1-inch figure: both texts
+    svg = (tmp_path / "x.svg").read_text()
+    height = float(re.search(r'<svg[^>]*height="([\d.]+)pt"', svg).group(1))
+    assert height > 2 * 72
