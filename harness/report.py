@@ -91,13 +91,32 @@ def caption_decay(f):
 def caption_clipping(f):
     c = f["clipping"].sort_values("rho")
     big, small = c.iloc[-1], c.iloc[0]
-    return (f"Clipping the total gradient to {c.threshold.iloc[0]:g} rescales every distance by "
-            f"the same factor. At ρ = {big.rho:g} the gradient of norm {_pow10(big.log10_total_before)} "
-            f"is cut to {_pow10(big.log10_total_after)}, and the far/near ratio stays at "
-            f"{_pow10(big.log10_far_over_near_before)} before and {_pow10(big.log10_far_over_near_after)} after. "
-            f"At ρ = {small.rho:g} nothing is clipped and the far contribution stays "
-            f"{_pow10(small.log10_far_over_near_after)} of the near one: clipping stops explosion, "
-            f"it does not rescue vanishing.")
+
+    def clipped(r):                          # the norm went down: the threshold acted
+        return r.log10_total_after < r.log10_total_before - 1e-12
+
+    text = f"Clipping the total gradient to {c.threshold.iloc[0]:g} rescales every distance by the same factor. "
+    if clipped(big):
+        text += (f"At ρ = {big.rho:g} the gradient of norm {_pow10(big.log10_total_before)} is cut to "
+                 f"{_pow10(big.log10_total_after)}, and the far/near ratio stays at "
+                 f"{_pow10(big.log10_far_over_near_before)} before and "
+                 f"{_pow10(big.log10_far_over_near_after)} after.")
+    else:
+        text += (f"At ρ = {big.rho:g} the gradient's norm, {_pow10(big.log10_total_before)}, is under "
+                 f"the threshold: nothing is clipped, and the far contribution is "
+                 f"{_pow10(big.log10_far_over_near_after)} of the near one.")
+    if len(c) > 1:
+        if clipped(small):
+            text += (f" At ρ = {small.rho:g} the gradient is clipped too, from "
+                     f"{_pow10(small.log10_total_before)} to {_pow10(small.log10_total_after)}, and "
+                     f"the far contribution stays {_pow10(small.log10_far_over_near_after)} of the near one.")
+        else:
+            text += (f" At ρ = {small.rho:g} nothing is clipped and the far contribution stays "
+                     f"{_pow10(small.log10_far_over_near_after)} of the near one.")
+        # the lesson's conclusion, where these two radii show it
+        if clipped(big) and not clipped(small) and small.log10_far_over_near_after < 0:
+            text = text[:-1] + ": clipping stops explosion, it does not rescue vanishing."
+    return text
 
 
 def caption_depth(f):

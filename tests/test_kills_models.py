@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import warnings
 
 import naive
 import numpy as np
@@ -316,3 +317,136 @@ def test_residual_reports_a_faulty_rebuild_relative_to_the_clipped_gradient(monk
     zero = clipping.clipping_experiment(rhos=(0.5,), T=6, d=3, input_scale=0.0)
     assert zero["residual"].tolist() == [0.0]                  # g = 0: nothing to compare
 
+
+
+# ============================================================================ second pass
+
+def test_a_config_wrong_in_its_models_and_its_fit_from_names_the_models():
+    # validate_config checks the sequences, models among them, before the scalar fields:
+    # the refusal names the first faulty field, with the field's own name
+    cfg = _config(models=("nope",), fit_from=1.5)
+    with pytest.raises(ValueError, match=r"^models must be one of .*'nope'"):
+        gradpath.validate_config(cfg)
+
+
+def test_unit_recurrent_matrix_defaults_to_orthogonal_seed_zero_with_a_positive_r_diagonal():
+    # the default is the sweep's: orthogonal, seed 0; Q is QR's Q with each column's sign
+    # chosen so that R = Q^T G has a positive diagonal (the unique such QR, Haar-distributed)
+    d = 4
+    np.testing.assert_array_equal(rnn_family.unit_recurrent_matrix(d),
+                                  rnn_family.unit_recurrent_matrix(d, "orthogonal", 0))
+    for seed in range(4):          # diagonals of QR's R of either sign, some in (0, 1)
+        Q = rnn_family.unit_recurrent_matrix(d, "orthogonal", seed)
+        G = np.random.default_rng(seed).normal(size=(d, d))
+        np.testing.assert_allclose(Q.T @ Q, np.eye(d), atol=1e-12)
+        R = Q.T @ G
+        np.testing.assert_allclose(np.tril(R, -1), 0.0, atol=1e-12)
+        assert (np.diag(R) > 0).all(), seed
+
+
+def test_attention_paths_defaults_are_the_sweeps_first_configuration():
+    f = att_family.attention_paths()
+    cfg = DecayConfig()
+    assert (f["T"].iloc[0], f["d"].iloc[0], f["seed"].iloc[0]) == (cfg.Ts[0], cfg.ds[0], cfg.seed)
+    assert len(f) == cfg.Ts[0] - 1 and f["input_scale"].iloc[0] == 1.0
+
+
+def test_overflowing_pre_activations_raise_the_valueerror_alone_with_no_numpy_warning():
+    # weights of 1.5e308: tanh saturates (h_t = 1, finite), but W_hh h + W_xh x = 3e308 is
+    # past the largest double. The refusal is the ValueError, with no RuntimeWarning before it.
+    big = 1.5e308
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="pre-activations overflow"):
+            rnn_family.scaled_derivatives(np.ones((3, 2)), np.full((2, 2), big), np.full((2, 2), big),
+                                          "tanh")
+
+
+def test_a_zero_norm_is_minus_infinity_with_no_numpy_warning():
+    # W_hh = diag(0, 1), no activation: every product W_hh^k is diag(0, 1), of spectral norm 1,
+    # and the probe e_1 has u^T W_hh^k = 0: ln 0 = -inf, silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = rnn_family.rnn_gradient_norms(np.ones((4, 2)), np.eye(2), np.diag([0.0, 1.0]),
+                                          "identity", "exact", probe=[1.0, 0.0])
+        # X = 0: every score is 0, alpha uniform (1/3), V = y = 0, so the score route is 0
+        f = att_family.attention_paths(T=3, d=2, input_scale=0.0)
+    np.testing.assert_allclose(r["ln_spectral"], 0.0, atol=1e-12)
+    assert np.isneginf(r["ln_probe_from_product"]).all()
+    assert np.isneginf(f["log10_score"]).all()
+    rng = np.random.default_rng([0, 2])
+    rng.normal(size=(3, 2))                                             # X, times 0
+    Wv = [rng.normal(size=(2, 2)) / math.sqrt(2) for _ in range(3)][2]
+    np.testing.assert_allclose(f["log10_value"], math.log10(np.linalg.norm(Wv, 2) / 3), rtol=1e-12)
+
+
+# ---------------------------------------------------------------- memory estimates
+# Each estimate is stated in a MemoryError's message and decides whether a run is refused;
+# peakmem's table reports the timed ones (estimate_bytes). The expected values are counted
+# from the arrays themselves: the weights trace_weights declares, the timed call's inputs
+# and outputs (their nbytes), and the working (T, width) arrays each docstring names.
+
+@pytest.mark.parametrize("d, d_h", [(3, 5), (5, 3)])
+def test_rnn_trace_memory_is_two_widest_rows_per_step_twice_the_weights_and_the_step_objects(d, d_h):
+    from harness import trace
+    T = 7
+    weights = sum(math.prod(shape) for _, shape, _, _ in rnn_family.trace_weights(d, d_h=d_h))
+    assert weights == d_h * d + d_h * d_h
+    want = trace.BYTES_PER_ELEMENT * (2 * T * max(d, d_h) + 2 * weights) + trace.BYTES_PER_STEP * T
+    assert rnn_family.trace_memory_bytes(T, d, d_h=d_h) == want
+    assert rnn_family.trace_memory_bytes(T, d) == rnn_family.trace_memory_bytes(T, d, d_h=d)
+
+
+@pytest.mark.parametrize("d, d_k, d_v", [(5, 3, 2), (2, 5, 3), (3, 2, 5)])
+def test_attention_trace_memory_is_four_widest_rows_twice_the_weights_and_five_grids(d, d_k, d_v):
+    from harness import trace
+    T, e = 7, trace.BYTES_PER_ELEMENT
+    weights = sum(math.prod(shape) for _, shape, _, _ in att_family.trace_weights(d, d_k=d_k, d_v=d_v))
+    assert weights == d * (2 * d_k + d_v)
+    grid = np.empty((T, T)).nbytes
+    want = e * (4 * T * max(d, d_k, d_v) + 2 * weights) + 5 * grid
+    assert att_family.trace_memory_bytes(T, d, d_k=d_k, d_v=d_v) == want
+    assert att_family.trace_memory_bytes(T, d) == att_family.trace_memory_bytes(T, d, d_k=d, d_v=d)
+
+
+def _variant(name):
+    from harness import models
+    return models.variants()[name][1]
+
+
+def test_rnn_timed_bytes_are_its_inputs_its_output_and_two_more_sequences():
+    T, d = 5, 3
+    v = _variant("rnn")
+    args = v.inputs(T, d, np.random.default_rng(0), np.float64)         # X, W_xh, W_hh
+    H = v.call(*args)                                                   # (T, d)
+    assert v.bytes(T, d) == sum(a.nbytes for a in args) + 3 * H.nbytes
+    assert v.bytes(T, d) == 4 * 5 * 3 * 8 + 2 * 3 * 3 * 8              # 624
+
+
+def test_attention_timed_bytes_are_three_grids_eight_sequences_and_four_matrices():
+    # the call with projections: X and three (d, d) weights in; Y (T, d) and A (T, T) out
+    T, d = 5, 3
+    for name in ("attention", "attention+proj"):
+        v = _variant(name)
+        X, Wq, Wk, Wv = _variant("attention+proj").inputs(T, d, np.random.default_rng(0), np.float64)
+        Y, A = att_family.attention.forward(X, Wq, Wk, Wv)
+        assert v.bytes(T, d) == 3 * A.nbytes + 8 * Y.nbytes + 4 * Wq.nbytes, name
+        assert v.bytes(T, d) == 3 * 25 * 8 + 8 * 15 * 8 + 4 * 9 * 8     # 1848
+
+
+def test_tiled_timed_bytes_are_x_y_l_and_the_tiles():
+    T, d = 5, 3
+    v = _variant("attention (tiled)")
+    (Q,) = v.inputs(T, d, np.random.default_rng(0), np.float64)
+    Y, L = v.call(Q)                                                    # (T, d), (T,)
+    tiles = att_family.attention.tiled_bytes(1, T, d, d, d, 8)          # one sequence, float64
+    assert tiles != att_family.attention.tiled_bytes(2, T, d, d, d, 8)
+    assert v.bytes(T, d) == Q.nbytes + Y.nbytes + L.nbytes + tiles
+
+
+def test_rnn_path_memory_counts_eight_trajectories_and_six_matrices():
+    T, d = 5, 3
+    cfg = _config(measure="probe")
+    stages = rnn_family.path_memory(T, d, cfg)
+    assert stages == {"RNN trajectory": 8 * np.empty((T, d)).nbytes,
+                      "RNN weights": 6 * np.empty((d, d)).nbytes}

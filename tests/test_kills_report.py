@@ -370,3 +370,23 @@ def test_save_keeps_what_lies_outside_the_figure(tmp_path):
     svg = (tmp_path / "x.svg").read_text()
     height = float(re.search(r'<svg[^>]*height="([\d.]+)pt"', svg).group(1))
     assert height > 2 * 72
+
+
+def _clip_rows(*rows):
+    # (rho, log10 before, log10 after, log10 far/near after), threshold 1
+    return {"clipping": pd.DataFrame(
+        [{"rho": r, "threshold": 1.0, "log10_total_before": b, "log10_total_after": a,
+          "log10_far_over_near_before": fn, "log10_far_over_near_after": fn}
+         for r, b, a, fn in rows])}
+
+
+def test_clipping_caption_says_what_was_clipped_from_the_norms():
+    lesson = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, -9.0)))
+    assert "At ρ = 0.5 nothing is clipped" in lesson
+    assert lesson.endswith(": clipping stops explosion, it does not rescue vanishing.")
+    both = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.9, 2.0, 0.0, -9.0)))
+    assert "At ρ = 0.9 the gradient is clipped too, from 10^+2.0 to 10^+0.0" in both
+    assert "nothing is clipped" not in both and "does not rescue" not in both
+    neither = report.caption_clipping(_clip_rows((1.1, -0.5, -0.5, -1.0)))
+    assert "At ρ = 1.1 the gradient's norm, 10^-0.5, is under the threshold: nothing is clipped" in neither
+    assert "cut to" not in neither and "does not rescue" not in neither
