@@ -390,9 +390,13 @@ def figure_attention_path(f):
     lv = f["attention_level"]
     g = sns.relplot(data=lv, x="T", y="log10_level", hue="input_scale", kind="line", marker="o",
                     height=3.6, aspect=1.4, palette="viridis")
+    # each band in its line's colour: seaborn maps a numeric hue linearly onto the palette
+    viridis = matplotlib.colormaps["viridis"]
+    norm = matplotlib.colors.Normalize(lv.input_scale.min(), lv.input_scale.max())
     for ax in g.axes.flat:
         for scale, part in lv.groupby("input_scale"):
-            ax.fill_between(part["T"], part.log10_min, part.log10_max, alpha=0.12)
+            ax.fill_between(part["T"], part.log10_min, part.log10_max, alpha=0.12,
+                            color=viridis(norm(scale)))
     g.set(xscale="log")
     g.set_axis_labels("T", "log10 ‖∂y_T/∂x_(T−k)‖: mean over k, band min–max")
     return g.figure

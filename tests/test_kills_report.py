@@ -355,6 +355,12 @@ def test_attention_path_figure_colours_input_scale_on_viridis():
     drawn = {float(ln.get_ydata()[0]): mcolors.to_rgba(ln.get_color())
              for ln in fig.axes[0].lines if len(ln.get_xdata()) == 3}
     assert np.allclose(drawn[-1.0], viridis(0.0)) and np.allclose(drawn[-4.0], viridis(1.0))
+    # each min-max band in its own line's colour (from its vertices: the band of scale s
+    # spans -s - 1 to -s + 1)
+    bands = {round(float(np.min(b.get_paths()[0].vertices[:, 1]))): mcolors.to_rgb(b.get_facecolor()[0])
+             for b in fig.axes[0].collections if len(b.get_paths())}
+    assert np.allclose(bands[-2], mcolors.to_rgb(drawn[-1.0]))
+    assert np.allclose(bands[-5], mcolors.to_rgb(drawn[-4.0]))
     plt.close(fig)
 
 
