@@ -155,14 +155,18 @@ def path_levels(model, Ts, input_scales, d, config=DEFAULT):
     rows = []
     for T in Ts:
         for s in input_scales:
-            job = dict(model=model, T=T, d=d, input_scale=s, rho=config.rhos[0],
-                       weight=config.weights[0], activation=config.activations[0])
-            g = fam.gradient_path({k: job[k] for k in fam.decay_jobs(config, T, d)[0]}, config)
+            # the family's first sweep job at this (T, d), at input scale s where it has one
+            # (an LRU's path does not depend on its input: its rows repeat across scales)
+            job = fam.decay_jobs(config, T, d)[0]
+            if "input_scale" in job:
+                job = {**job, "input_scale": s}
+            g = fam.gradient_path(job, config)
             g = g[np.isfinite(g.log10_norm)]
+            nan = pd.Series(np.nan, index=g.index)
             rows.append({"model": model, "T": T, "d": d, "input_scale": float(s),
                          "log10_level": float(g.log10_norm.mean()),
                          "log10_min": float(g.log10_norm.min()),
                          "log10_max": float(g.log10_norm.max()),
-                         "log10_value": float(g.log10_value.mean()),
-                         "log10_score": float(g.log10_score.mean())})
+                         "log10_value": float(g.get("log10_value", nan).mean()),
+                         "log10_score": float(g.get("log10_score", nan).mean())})
     return pd.DataFrame(rows)

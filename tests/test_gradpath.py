@@ -628,3 +628,21 @@ def test_attention_rows_carry_no_rnn_theory():
     att = matt.attention_paths(T=6, d=3, seed=2)
     assert att[["rho", "log10_linear", "log10_bound", "log10_probe"]].isna().all().all()
     assert (att.log10_norm == att.log10_spectral).all()
+
+
+def test_path_levels_of_every_family():
+    """Any family's gradient path by T and input scale; an LRU's (linear, diagonal) does not
+    depend on its input, and its level is the mean over k of k log10 max|lam| exactly."""
+    for name in models.NAMES:
+        lv = gradpath.path_levels(name, [9, 17], [0.5, 2.0], 4)
+        assert list(lv.columns) == ["model", "T", "d", "input_scale", "log10_level", "log10_min",
+                                    "log10_max", "log10_value", "log10_score"], name
+        assert len(lv) == 4 and (lv.model == name).all()
+        assert (lv.log10_min <= lv.log10_level).all() and (lv.log10_level <= lv.log10_max).all()
+    lru = gradpath.path_levels("lru", [9], [0.5, 2.0], 4)
+    assert lru.log10_level.iloc[0] == lru.log10_level.iloc[1]
+    path = models.get("lru").gradient_path(models.get("lru").decay_jobs(gradpath.DEFAULT, 9, 4)[0],
+                                           gradpath.DEFAULT)
+    k = path.distance.to_numpy()
+    slope = math.log10(float(path.sigma_max.iloc[0]))
+    assert lru.log10_level.iloc[0] == pytest.approx(float(np.mean(k * slope)), abs=1e-9)
