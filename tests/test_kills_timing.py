@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from _fakes import Clock
 from harness import _fit, config, models, timing, walltime
 from harness.models import ATTENTION, RECURRENCE
 
@@ -28,20 +29,6 @@ assert BASE == RECURRENCE
 
 # ============================================================================ helpers
 
-class _Clock:
-    """A fake perf_counter: each call of a timed function advances it by that function's cost."""
-
-    def __init__(self):
-        self.now, self.calls = 0.0, []
-
-    def __call__(self):
-        return self.now
-
-    def fn(self, name, cost):
-        def f():
-            self.calls.append(name)
-            self.now += cost
-        return f
 
 
 class _FakeRounds:
@@ -99,7 +86,7 @@ def test_log_crossing_computes_in_float64_whatever_the_input():
 # ============================================================================ timing
 
 def test_calls_per_sample_zero_is_one_call_without_warm_up():
-    clock = _Clock()
+    clock = Clock()
     with mock.patch.object(timing.time, "perf_counter", clock):
         assert timing.calls_per_sample(clock.fn("long", 0.3), 0) == 1
         assert clock.calls == []                                  # not even a warm-up
@@ -110,7 +97,7 @@ def test_calls_per_sample_zero_is_one_call_without_warm_up():
 
 def test_time_interleaved_shuffles_from_seed_zero_by_default():
     def run(**kw):
-        clock = _Clock()
+        clock = Clock()
         fns = {k: clock.fn(k, 0.01) for k in "abc"}
         with mock.patch.object(timing.time, "perf_counter", clock):
             timing.time_interleaved(fns, 6, 0, **kw)

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from _fakes import Clock
 from harness import _fit, _io, config, timing, walltime
 from harness.models import ATTENTION, RECURRENCE
 from harness.models import attention as att_family
@@ -104,25 +105,10 @@ def test_quadratic_crossing_of_two_count_polynomials():
 
 # ============================================================================ timing
 
-class _Clock:
-    """A fake perf_counter: each call of a timed function advances it by that function's cost."""
-
-    def __init__(self):
-        self.now = 0.0
-        self.calls = []
-
-    def __call__(self):
-        return self.now
-
-    def fn(self, name, cost):
-        def f():
-            self.calls.append(name)
-            self.now += cost
-        return f
 
 
 def test_time_interleaved_samples_are_seconds_per_call_in_shuffled_rounds():
-    clock = _Clock()
+    clock = Clock()
     fns = {"a": clock.fn("a", 0.003), "b": clock.fn("b", 0.05), "c": clock.fn("c", 0.4)}
     with mock.patch.object(timing.time, "perf_counter", clock):
         samples, numbers = timing.time_interleaved(fns, rounds=4, min_sample_s=0.1, seed=7)
@@ -144,7 +130,7 @@ def test_time_interleaved_samples_are_seconds_per_call_in_shuffled_rounds():
 
 
 def test_calls_per_sample_never_divides_by_a_zero_time():
-    clock = _Clock()
+    clock = Clock()
     with mock.patch.object(timing.time, "perf_counter", clock):
         assert timing.calls_per_sample(clock.fn("z", 0.0), 1e-6) == 1000
         assert timing.calls_per_sample(clock.fn("s", 2.0), 0.5) == 1
@@ -156,7 +142,7 @@ def test_time_interleaved_refuses_no_rounds():
 
 
 def test_median_seconds_is_the_median_of_the_rounds():
-    clock = _Clock()
+    clock = Clock()
     costs = iter([0.5, 0.5] + [0.1, 0.9, 0.3, 0.7, 0.2])
     def f():
         clock.now += next(costs)
@@ -1327,7 +1313,7 @@ def test_output_set_removes_the_stages_of_dead_runs_only(tmp_path):
 
 
 def test_median_seconds_defaults_five_rounds_of_a_tenth_of_a_second():
-    clock = _Clock()
+    clock = Clock()
     f = clock.fn("f", 0.03)
     with mock.patch.object(timing.time, "perf_counter", clock):
         assert timing.median_seconds(f) == pytest.approx(0.03)
