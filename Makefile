@@ -56,10 +56,13 @@ readme-figures: $(VENV)/.installed
 # mutmut forks each mutant's run from a process that has already run the kernels; GNU
 # OpenMP, Numba's default threading layer here, kills a forked child that uses it again
 # (SIGTERM, which mutmut files as "suspicious"), so the run takes Numba's fork-safe workqueue.
+# PyTorch's OpenMP pool has the same flaw without a signal: a forked child that runs a torch
+# peer waits forever, and mutmut files it as a "timeout" (caught) that caught nothing. One
+# OpenMP thread makes no pool to inherit.
 MUTATE_JOBS ?= 2
 mutate: $(VENV)/.installed-test
 	rm -rf mutants
-	NUMBA_THREADING_LAYER=workqueue $(BIN)/mutmut run --max-children $(MUTATE_JOBS)
+	NUMBA_THREADING_LAYER=workqueue OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(MUTATE_JOBS)
 	$(BIN)/mutmut export-cicd-stats
 	$(BIN)/python -c "import json; s = json.load(open('mutants/mutmut-cicd-stats.json')); \
 	caught = s['killed'] + s['timeout'] + s['segfault']; n = s['total'] - s['skipped']; \
