@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import mmap
 import os
 import subprocess
 
@@ -55,7 +56,10 @@ class _Recorder:
     def call(self, T, d):
         if T <= 2:                       # the warm-up: nothing to see
             return np.zeros(1)
-        big = np.ones(self.size // 8)    # over glibc's mmap threshold: fresh, touched pages
+        # fresh pages, every one touched: an anonymous map of its own (malloc could hand back
+        # memory already resident after earlier tests in this process)
+        big = np.frombuffer(mmap.mmap(-1, self.size), dtype=np.float64)
+        big[::512] = 1.0                 # one write per 4 KiB page
         return big, float(T), np.zeros(T, dtype=np.float32)
 
     def bytes(self, T, d):
