@@ -162,11 +162,10 @@ def path_levels(model, Ts, input_scales, d, config=DEFAULT):
                 job = {**job, "input_scale": s}
             g = fam.gradient_path(job, config)
             g = g[np.isfinite(g.log10_norm)]
-            nan = pd.Series(np.nan, index=g.index)
             rows.append({"model": model, "T": T, "d": d, "input_scale": float(s),
                          "log10_level": float(g.log10_norm.mean()),
                          "log10_min": float(g.log10_norm.min()),
                          "log10_max": float(g.log10_norm.max()),
-                         "log10_value": float(g.get("log10_value", nan).mean()),
-                         "log10_score": float(g.get("log10_score", nan).mean())})
+                         "log10_value": float(g.log10_value.mean()),    # NaN where the
+                         "log10_score": float(g.log10_score.mean())})   # family has no routes
     return pd.DataFrame(rows)

@@ -525,3 +525,14 @@ def test_matmul_labels_every_axis_of_its_shape_batch_axes_from_either_side():
         assert r.shape == np.shape(np.ones(np.shape(x) if not isinstance(x, trace.Traced) else x.shape)
                                    @ np.ones(y.shape if isinstance(y, trace.Traced) else np.shape(y)))
         assert r.axes == want, (r.shape, r.axes)
+
+
+def test_matmul_labels_three_batch_axes():
+    g = trace.Graph()
+    a = trace.leaf(g, "a", (2, 1, 3, 5, 4), ("x", "y", "z", "T", "d_k"))
+    w = trace.leaf(g, "w", (4, 6), ("d_k", "d_v"))
+    assert (a @ w).axes == ("x", "y", "z", "T", "d_v")
+    b = trace.leaf(g, "b", (2, 1, 3, 4, 6), ("x", "y", "z", "d_k", "d_v"))
+    q = trace.leaf(g, "q", (5, 4), ("T", "d_k"))
+    r = q @ b
+    assert r.shape == (2, 1, 3, 5, 6) and r.axes == ("x", "y", "z", "T", "d_v")

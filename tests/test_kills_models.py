@@ -450,3 +450,30 @@ def test_rnn_path_memory_counts_eight_trajectories_and_six_matrices():
     stages = rnn_family.path_memory(T, d, cfg)
     assert stages == {"RNN trajectory": 8 * np.empty((T, d)).nbytes,
                       "RNN weights": 6 * np.empty((d, d)).nbytes}
+
+
+def test_attention_torch_peer_backward_and_outputs_repeat_on_one_graph():
+    torch = pytest.importorskip("torch")
+    fam = att_family.FAMILY
+    X, W = fam.inputs(40, 4, 1, "float64", 3)
+    k = fam.kernel("tiled")
+    Y, L = k.forward(X, *W)
+    dY = np.random.default_rng(4).normal(size=Y.shape)
+    dX = k.backward(X, W, (Y, L), dY).dX
+    _, backward, outputs, _ = att_family.tiled_peers(X, W, dY, torch)["torch"]
+    backward()
+    backward()                                   # timed calls repeat: the graph is kept
+    for _ in range(2):
+        y, dx = outputs()
+        np.testing.assert_allclose(y, Y, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(dx, dX, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale, causal", [(False, False), (True, True), (False, True)])
+def test_tiled_forward_passes_scale_and_causal_on(scale, causal):
+    from harness import attention
+    X, W = att_family.FAMILY.inputs(20, 4, 1, "float64", 5)
+    Y, _ = att_family.tiled_forward(X, *W, scale=scale, causal=causal)
+    want = attention.forward(X, *W, scale=scale, causal=causal)[0]
+    np.testing.assert_allclose(Y, want, rtol=1e-12, atol=1e-14)
+    assert not np.allclose(Y, attention.forward(X, *W)[0])     # not the default's answer

@@ -46,10 +46,11 @@ class _Recorder:
     """A timed variant that records how it is called and allocates a known amount."""
 
     def __init__(self, size):
-        self.size, self.dtypes, self.draws = size, [], []
+        self.size, self.dtypes, self.draws, self.sizes = size, [], [], []
 
     def inputs(self, T, d, rng, dtype="float64"):
         self.dtypes.append(dtype)
+        self.sizes.append((T, d))
         self.draws.append(float(rng.standard_normal()))
         return (T, d)
 
@@ -84,6 +85,7 @@ def test_a_row_is_the_peak_above_the_resident_size_and_the_arrays_returned(recor
         # the 64 MiB the call touched, not the process's whole resident size besides
         assert 64 * MiB - MiB <= r["peak_bytes"] <= 64 * MiB + 16 * MiB, r["peak_bytes"]
     assert recorder.dtypes == ["float32"] * 3        # the warm-up too: the same specialisation
+    assert recorder.sizes[1:] == [(16, 4), (32, 4)]   # after a warm-up, each T at this d
 
 
 def test_the_inputs_are_drawn_from_the_seed(recorder):
@@ -102,10 +104,10 @@ def children(monkeypatch):
 
     def run(argv, env=None, **kwargs):
         job = json.loads(argv[-1])
-        calls.append((job, env))
+        calls.append((job, env, kwargs))
         rows = [{"model": job["variant"], "T": T, "d": job["d"], "dtype": job["dtype"],
                  "peak_bytes": 1, "output_bytes": 2, "estimate_bytes": 3} for T in job["T_values"]]
-        return subprocess.CompletedProcess(argv, 0, stdout="compiling\n" + json.dumps(rows), stderr="")
+        return subprocess.CompletedProcess(argv, 0, stdout="compiling\nloaded\n" + json.dumps(rows), stderr="")
 
     monkeypatch.setattr(subprocess, "run", run)
     return calls
@@ -114,16 +116,18 @@ def children(monkeypatch):
 def test_every_timed_variant_by_default_each_in_its_own_child(children):
     frame = peakmem.measure(SMALL)
     names = list(models.variants())
-    assert [job["variant"] for job, _ in children] == names
+    assert [job["variant"] for job, _, _ in children] == names
     assert list(frame.columns) == list(peakmem.COLUMNS)
     assert list(frame.model) == [n for n in names for _ in SMALL.T_values]
-    assert [job["T_values"] for job, _ in children] == [list(SMALL.T_values)] * len(names)
+    assert [job["T_values"] for job, _, _ in children] == [list(SMALL.T_values)] * len(names)
+    # the child's printout is read as text, its last line the rows
+    assert all(kw == {"capture_output": True, "text": True} for _, _, kw in children)
 
 
 def test_a_child_runs_in_this_environment_with_the_threads_and_malloc_set(children, monkeypatch):
     monkeypatch.setenv("HARNESS_PEAKMEM_TEST", "passed on")
     peakmem.measure(dataclasses.replace(SMALL, threads=3, seed=7), variants=["rnn"])
-    (job, env), = children
+    (job, env, _), = children
     assert job == {"variant": "rnn", "T_values": [8, 16], "d": 4, "dtype": "float32", "seed": 7}
     assert env is not None and env["HARNESS_PEAKMEM_TEST"] == "passed on"
     assert env["MALLOC_MMAP_THRESHOLD_"] == "65536"
@@ -161,3 +165,15 @@ def test_growth_needs_two_measured_T_and_two_nonzero_peaks():
     assert list(g) == ["one T", "tiny", "zero", "refused", "after"]
     assert math.isnan(g["one T"]) and math.isnan(g["zero"]) and math.isnan(g["refused"])
     assert g["tiny"] == pytest.approx(2.0) and g["after"] == pytest.approx(1.0)
+
+
+def test_a_real_child_measures_one_small_call():
+    """One fresh process, for real: the command line that starts it, and its rows read back."""
+    small = config.MemoryConfig(T_values=(8,), d=2, dtype="float64")
+    frame = peakmem.measure(small, variants=["rnn"])
+    _, v = models.variants()["rnn"]
+    out = v.call(*v.inputs(8, 2, np.random.default_rng(0), "float64"))
+    assert frame[["model", "T", "d", "dtype"]].values.tolist() == [["rnn", 8, 2, "float64"]]
+    assert frame.output_bytes.tolist() == [sum(a.nbytes for a in peakmem._arrays(out))]
+    assert frame.estimate_bytes.tolist() == [v.bytes(8, 2)]
+    assert frame.peak_bytes.iloc[0] >= 0

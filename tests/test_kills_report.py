@@ -396,3 +396,19 @@ def test_clipping_caption_says_what_was_clipped_from_the_norms():
     neither = report.caption_clipping(_clip_rows((1.1, -0.5, -0.5, -1.0)))
     assert "At ρ = 1.1 the gradient's norm, 10^-0.5, is under the threshold: nothing is clipped" in neither
     assert "cut to" not in neither and "does not rescue" not in neither
+
+
+def test_clipping_caption_whole_sentences_and_where_the_conclusion_holds():
+    lesson = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, -9.0)))
+    assert lesson.startswith("Clipping the total gradient to 1 rescales every distance by the same "
+                             "factor. At ρ = 1.5 the gradient of norm 10^+6.0 is cut to 10^+0.0")
+    assert lesson.endswith("At ρ = 0.5 nothing is clipped and the far contribution stays 10^-9.0 of "
+                           "the near one: clipping stops explosion, it does not rescue vanishing.")
+    mild = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.9, 0.5, 0.0, -9.0)))
+    assert "At ρ = 0.9 the gradient is clipped too, from 10^+0.5 to 10^+0.0" in mild   # half a decade
+    assert mild.startswith("Clipping the total gradient to 1 rescales")
+    for far in (0.0, 0.5):            # the small radius does not vanish: no conclusion
+        cap = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, far)))
+        assert cap.endswith("of the near one.") and "rescue" not in cap
+    one = report.caption_clipping(_clip_rows((1.1, -0.5, -0.5, -1.0)))
+    assert one.startswith("Clipping the total gradient to 1 rescales") and one.count("At ρ") == 1
