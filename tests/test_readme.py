@@ -96,3 +96,37 @@ def test_readme_lesson_figures_another_way():
         A = np.exp(E - E.max(axis=-1, keepdims=True))
         v = (A / A.sum(axis=-1, keepdims=True)).max(axis=-1).mean(axis=-1)
         assert abs(100 * np.mean(v < row.lesson_row_max) - row.percentile) < 1e-9
+
+
+# ----------------------------------------------------------------------------- mutation testing
+
+def test_readme_mutation_score_and_survivors_are_the_last_runs():
+    """The README's mutation figures are docs/mutation-score.json's (mutmut's own counts,
+    kept from the last `make mutate`), and docs/mutation-survivors.tsv lists exactly its
+    survivors, each with a reason: equivalent, or not worth a test."""
+    import csv
+    import json
+    import tomllib
+
+    docs = README.parent / "docs"
+    s = json.loads((docs / "mutation-score.json").read_text())
+    with open(docs / "mutation-survivors.tsv", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    assert len(rows) == s["survived"] == len({r["mutant"] for r in rows})
+    kinds = [r["why it survives"].split(":", 1) for r in rows]
+    assert all(len(k) == 2 and k[0] in ("equivalent", "not worth a test") and len(k[1].strip()) > 10
+               for k in kinds), [k for k in kinds if k[0] not in ("equivalent", "not worth a test")][:3]
+    mutated = tomllib.loads((README.parent / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    modules = {m.removesuffix(".py").replace("/", ".") for m in mutated}
+    assert all(r["mutant"].split(".x", 1)[0] in modules for r in rows)
+
+    text = " ".join(README.read_text(encoding="utf-8").split("## Mutation testing", 1)[1]
+                    .split("\n## ", 1)[0].split())
+    caught = s["killed"] + s["timeout"] + s["segfault"]
+    n = s["total"] - s["skipped"]
+    equivalent = sum(k[0] == "equivalent" for k in kinds)
+    assert f"took {s['minutes']} minutes for its {n:,} mutants ({s['date']})" in text
+    assert (f"a score of {100 * caught / n:.1f} % ({caught:,} caught, {s['survived']:,} survived, "
+            f"{s['no_tests']} unreached by a test)") in text
+    assert (f"{equivalent} of the {s['survived']} survivors are equivalent and "
+            f"{s['survived'] - equivalent} not worth a test") in text
