@@ -29,7 +29,7 @@ class Depth(common.Benchmark):
     def setup(self, model, T):
         depth = common.analyser("depth")
         self.trace = depth.trace_model(model, T, self.d)
-        self.lesson_parts = common.form_family(model).lesson_parts   # RNN products vs grid + mix
+        self.lesson_parts = common.lesson_parts(model)   # RNN products vs grid + mix
 
     def track_multiplications(self, model, T):
         return sum(self.trace.macs_by_part().get(p, 0) for p in self.lesson_parts)

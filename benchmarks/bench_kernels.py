@@ -66,7 +66,7 @@ def _attention_variant(variant):
     tiled = getattr(fam, "tiled_forward", None)
     if tiled is None:
         raise NotImplementedError("no tiled attention in this commit")
-    return (fam.FAMILY.forward if variant == "materialised" else tiled), fam.backward_from
+    return (fam.attention.forward if variant == "materialised" else tiled), fam.backward_from
 
 
 class LongAttention(common.Benchmark):
@@ -148,7 +148,7 @@ class TiledThroughput(common.Benchmark):
 
 class AttentionTiles(common.Benchmark):
     """The tiled attention's forward and backward at T = 4096 for several tile sizes, the
-    measurement behind ``harness.attention.TILE_Q, TILE_K`` (Q = K = V = X, one sequence).
+    measurement behind ``harness.kernels.attention.TILE_Q, TILE_K`` (Q = K = V = X, one sequence).
 
     The tile sizes are the kernel module's constants, set in ``setup`` and restored in
     ``teardown``; compare the rows of one run (asv's own ratios), not runs across machines.

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 
-
-from harness import machine
+try:
+    from harness.infra import machine
+except ModuleNotFoundError:             # a commit before the package's layers
+    from harness import machine
 
 # --------------------------------------------------------------------------- threads
 
@@ -71,6 +73,28 @@ def family(model):
     return analyser("models").get(model)
 
 
+def kernels(model):
+    """The family's compiled forward, backward, primary, inputs and grid size: its ``Kernels``
+    part, or the family itself at commits whose families were flat."""
+    fam = family(model)
+    return fam.kernels if hasattr(fam, "tracing") else fam
+
+
+def lesson_parts(form):
+    """The parts the lessons' work comparison counts, for the family of a traced form."""
+    fam = form_family(form)
+    return fam.tracing.lesson_parts if hasattr(fam, "tracing") else fam.lesson_parts
+
+
+def closed_form(form):
+    """The closed-form counts ``(T, d) -> {part: multiplications}`` of a traced form."""
+    models = analyser("models")
+    if hasattr(models, "form"):
+        f = models.form(form)[1]
+        return f.macs
+    return models.get(form).macs
+
+
 def form_family(form):
     """The family of a traced form (a family's own name is its first form)."""
     models = analyser("models")
@@ -81,7 +105,7 @@ def form_family(form):
 
 def grid_fits(model, T, batch):
     """False where the family's (B, T, T) arrays would exceed MAX_GRID_ELEMENTS."""
-    return family(model).grid_elements(T, batch) <= MAX_GRID_ELEMENTS
+    return kernels(model).grid_elements(T, batch) <= MAX_GRID_ELEMENTS
 
 
 def skip_unless_fits(model, T, batch):
@@ -93,17 +117,17 @@ def skip_unless_fits(model, T, batch):
 
 def inputs(model, T, d, batch, dtype, seed=SEED):
     """X (T, d) or (B, T, d), and the family's weights, from the family's input factory."""
-    return family(model).inputs(T, d, batch, dtype, seed)
+    return kernels(model).inputs(T, d, batch, dtype, seed)
 
 
 def run_forward(model, X, Ws):
-    return family(model).forward(X, *Ws)                             # H | (Y, A)
+    return kernels(model).forward(X, *Ws)                             # H | (Y, A)
 
 
 def run_backward(model, X, Ws, out):
     """Backward from an upstream gradient equal to the forward's output."""
-    fam = family(model)
-    return fam.backward(X, Ws, out, fam.primary(out))
+    k = kernels(model)
+    return k.backward(X, Ws, out, k.primary(out))
 
 
 def warm_up(model, dtype):
@@ -116,10 +140,19 @@ def warm_up(model, dtype):
         run_backward(model, X, Ws, run_forward(model, X, Ws))
 
 
+# Where a module lives, newest layout first: asv runs this suite on older commits too, whose
+# flat package had the analysers and the timing beside the kernels.
+_LAYERS = ("harness.analysis.", "harness.infra.", "harness.")
+
+
 def analyser(name):
-    """``harness.<name>``, or skip the benchmark at commits that predate it."""
+    """The module ``name`` of this commit's harness (``gradpath`` is ``harness.analysis.gradpath``
+    here, ``harness.gradpath`` in older commits), or skip the benchmark at commits without it."""
     import importlib
-    try:
-        return importlib.import_module(f"harness.{name}")
-    except ImportError as e:
-        raise NotImplementedError(f"harness.{name} is not in this commit ({e})") from None
+    errors = []
+    for layer in _LAYERS:
+        try:
+            return importlib.import_module(layer + name)
+        except ModuleNotFoundError as e:
+            errors.append(str(e))
+    raise NotImplementedError(f"{name} is not in this commit of harness ({'; '.join(errors)})")

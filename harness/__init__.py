@@ -1,7 +1,7 @@
 """harness: recurrence versus attention, measured.
 
-Kernels: ``harness.rnn`` and ``harness.attention`` (Numba, exact gradients).
-Analysers: ``harness.gradpath`` (gradient paths), ``harness.depth`` (sequential
+Kernels: ``harness.kernels.rnn`` and ``harness.kernels.attention`` (Numba, exact gradients).
+Analysers: ``harness.analysis.gradpath`` (gradient paths), ``harness.analysis.depth`` (sequential
 depth, work, scheduling). Command line: ``harness --help``.
 """
 

@@ -15,8 +15,8 @@ import os
 import signal
 import sys
 
-from harness import _interrupt
-from harness._io import UsageError
+from harness.infra import signals
+from harness.infra.files import UsageError
 
 from harness.commands import COMMANDS
 
@@ -66,18 +66,18 @@ def main(argv=None):
         return 2
     name = f"harness {args.command}"
     debug = bool(os.environ.get("HARNESS_DEBUG"))
-    with _interrupt.installed():
+    with signals.installed():
         try:
             rc = int(args._run(args) or 0)
-            _interrupt.checkpoint()            # a signal whose exception was swallowed: not a success
+            signals.checkpoint()            # a signal whose exception was swallowed: not a success
             return rc
         except UsageError as e:
             print(f"{name}: error: {e}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            sig = _interrupt.received() or signal.SIGINT
+            sig = signals.received() or signal.SIGINT
             # the signal may come before the output moved into place or just after it did
-            # (held back by _interrupt.deferred): either way no part of a run was left
+            # (held back by signals.deferred): either way no part of a run was left
             print(f"{name}: interrupted ({signal.Signals(sig).name}); no partial output was "
                   f"left", file=sys.stderr)
             return 128 + int(sig)

@@ -1,4 +1,4 @@
-"""harness.attention against its loop twins in tests/naive.py, finite differences,
+"""harness.kernels.attention against its loop twins in tests/naive.py, finite differences,
 the properties the lessons state, and the additive-attention lesson's own numbers.
 
 Tolerances (stated once): the naive twins run in float64 on the same (possibly
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import naive
-from harness import _workspace
-from harness import attention as at
+from harness.infra import workspace
+from harness.kernels import attention as at
 
 T, D_MODEL, D_K, D_V, B = 5, 4, 3, 2, 2
 T_Y, T_X, D_H, D_A = 4, 5, 3, 2
@@ -311,7 +311,7 @@ def test_alignment_rows_sum_to_one(nonlinearity):
 # ------------------------------------------------------------ the lesson's example
 
 def _lesson():
-    from harness.lessons import lesson_additive_inputs    # the one copy of the lesson's draws
+    from harness.analysis.lessons import lesson_additive_inputs    # the one copy of the lesson's draws
     return lesson_additive_inputs(0.5)
 
 
@@ -480,7 +480,7 @@ def test_backward_reuses_the_forwards_projections_of_the_same_inputs(monkeypatch
     X = rng.standard_normal((2, 9, 4))
     W = [rng.standard_normal((4, 3)) for _ in range(3)]
     dY = rng.standard_normal((2, 9, 3))
-    _workspace.clear()
+    workspace.clear()
     fresh = at.backward(X, *W, at.forward(X, *W, return_weights=return_weights)[1], dY)
     calls = _counting_projections(monkeypatch)
     Y, A = at.forward(X, *W, return_weights=return_weights)
@@ -528,5 +528,5 @@ def test_other_weights_or_another_thread_never_see_the_kept_projections(monkeypa
     t.join()
     assert seen == [None]                             # kept per thread
     assert at._kept_projections(X[None], tuple(W)) is not None
-    _workspace.clear()                                # dropped with the buffers
+    workspace.clear()                                # dropped with the buffers
     assert at._kept_projections(X[None], tuple(W)) is None

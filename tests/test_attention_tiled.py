@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import naive
-from harness import attention as at
+from harness.kernels import attention as at
 
 TQ, TK = at.TILE_Q, at.TILE_K
 # lengths that are not multiples of either tile: 1, each tile's neighbours, primes
@@ -156,7 +156,7 @@ def test_the_family_passes_y_and_l_between_its_forward_and_backward():
     X, W = fam.inputs(40, 8, 1, "float64", 0)
     out = fam.tiled_forward(X, *W)
     g = fam.backward_from(X, W, out, out[0])
-    want = fam.backward_from(X, W, fam.FAMILY.forward(X, *W), out[0])
+    want = fam.backward_from(X, W, fam.FAMILY.kernels.forward(X, *W), out[0])
     for a, b in zip(g, want):
         close(a, b, np.float64)
     assert "attention (tiled)" in [v.name for v in fam.TIMED]
@@ -212,7 +212,7 @@ def test_return_weights_must_be_a_bool():
 _PEAK = r"""
 import json, sys
 import numpy as np
-from harness import attention as at
+from harness.kernels import attention as at
 
 def rss(field):
     with open("/proc/self/status") as f:

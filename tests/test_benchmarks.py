@@ -19,7 +19,7 @@ import numba
 import pytest
 from threadpoolctl import threadpool_limits
 
-from harness import machine
+from harness.infra import machine
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness import claims
-from harness.claims import FAILS, HOLDS, QUALIFIED
+from harness.analysis import claims
+from harness.analysis.claims import FAILS, HOLDS, QUALIFIED
 
 
 def _depth(rnn_span, att_span, att_scalar, Ts=(50, 100, 200)):

@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from harness import cli
-from harness._progress import Progress
+from harness.infra.progress import Progress
 from harness.commands import COMMANDS
 
 HEAVY = ("numpy", "pandas", "numba", "scipy", "seaborn", "matplotlib", "harness.models.rnn",
-         "harness.gradpath", "harness.depth", "harness.report", "harness.compare", "tqdm")
+         "harness.analysis.gradpath", "harness.analysis.depth", "harness.report", "harness.analysis.compare", "tqdm")
 
 
 def _imported_after(code):

@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from _deps import require_module
-from harness import cli, compare, config, models, timing
+from harness import cli, models
+from harness.analysis import compare
+from harness.infra import config, timing
 
 TOL = {"float32": 2e-4, "float64": 1e-10}
 
@@ -45,10 +47,10 @@ def test_tiled_attention_peers_agree_forward_and_both_passes(T, dtype):
     """The --long case's implementations, at lengths around the peers' 256-row blocks and
     the kernel's tiles: every forward, every forward+backward and every backward from a
     kept output give the NumPy-by-blocks peer's Y and dX, which the full-grid reference gives."""
-    from harness import reference
+    from harness.models import reference
     case = compare.Case("attention", 1, T, 8, dtype, "tiled")
     impls = compare.implementations(case, seed=5)
-    X, W = models.get("attention").inputs(T, 8, 1, dtype, 5)
+    X, W = models.get("attention").kernels.inputs(T, 8, 1, dtype, 5)
     y_ref, _ = reference.attention_forward(*(a.astype(np.float64) for a in (X, *W)))
     tol = TOL[dtype] * np.abs(y_ref).max()
     assert {"harness", "numpy"} <= set(impls)

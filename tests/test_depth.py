@@ -1,4 +1,4 @@
-"""Tests for harness.depth and harness.trace: counts, span, path, schedule, CLI."""
+"""Tests for harness.analysis.depth and harness.analysis.trace: counts, span, path, schedule, CLI."""
 
 import dataclasses
 import math
@@ -7,8 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import _greedy, cli, config, depth, models, reference, schedule, trace, walltime
-from harness.trace import clog2
+from harness.kernels import greedy
+from harness import cli, models
+from harness.infra import config
+from harness.analysis import depth, schedule, trace, walltime
+from harness.models import reference
+from harness.analysis.trace import clog2
 
 
 # ----------------------------------------------------------------------------- the lesson
@@ -46,9 +50,9 @@ def test_flops_are_twice_macs():
 @pytest.mark.parametrize("d,other", [(1, 1), (3, 5), (16, 8), (24, 40)])
 def test_traced_counts_equal_closed_forms(T, d, other):
     rnn = depth.trace_model("rnn", T, d, d_h=other)
-    assert rnn.macs_by_part() == models.get("rnn").macs(T, d, d_h=other)
+    assert rnn.macs_by_part() == models.get("rnn").tracing.forms[0].macs(T, d, d_h=other)
     att = depth.trace_model("attention", T, d, d_k=other, d_v=other + 1)
-    assert att.macs_by_part() == models.get("attention").macs(T, d, d_k=other,
+    assert att.macs_by_part() == models.get("attention").tracing.forms[0].macs(T, d, d_k=other,
                                                         d_v=other + 1)
 
 
@@ -208,7 +212,7 @@ def test_elementwise_products_count_under_their_weights_part():
 
 
 def test_causal_attention_traces():
-    g = trace.Graph(weight_parts={n: p for f in models.families() for n, _, _, p in f.trace_weights(8)})
+    g = trace.Graph(weight_parts={n: p for f in models.families() for n, _, _, p in f.tracing.weights(8)})
     X = trace.leaf(g, "X", (5, 4), ("T", "d_model"), source_row=0)
     W = [trace.leaf(g, n, (4, 4), ("d_model", "d_k")) for n in ("Wq", "Wk", "Wv")]
     Y, A = reference.attention_forward(X, *W, causal=True)
@@ -272,7 +276,7 @@ def test_greedy_schedule_matches_naive_twin(model, grain):
     tg = schedule.task_graph(tr, grain)
     for P in (1, 2, 3, 5, 8, 40):
         out = np.zeros(3, np.int64)
-        _greedy.greedy_schedule(tg.level_ptr, tg.level_size, tg.succ_ptr, tg.succ_idx,
+        greedy.greedy_schedule(tg.level_ptr, tg.level_size, tg.succ_ptr, tg.succ_idx,
                                 tg.indeg, tg.prio, P, out)
         steps, busy, done = out
         assert steps == _naive_schedule(tg, P), P
@@ -298,13 +302,13 @@ def test_brent_bounds_hold(model, grain):
 
 def test_bounds_ok_reports_a_schedule_that_breaks_them(monkeypatch):
     """A scheduler that takes one step too many: the column says so, it is not hard-coded."""
-    real = _greedy.greedy_schedule
+    real = greedy.greedy_schedule
 
     def slow(*args):
         real(*args)
         out = args[-1]
         out[0] = int(out[0]) + 10**9                    # far past W/P + S
-    monkeypatch.setattr(_greedy, "greedy_schedule", slow)
+    monkeypatch.setattr(greedy, "greedy_schedule", slow)
     frame = schedule.schedule("rnn", 6, 3, (1, 4), "scalar")
     assert not frame.bounds_ok.any()
 

@@ -21,7 +21,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from harness import lessons, report  # noqa: E402
+from harness.analysis import lessons
+from harness import report  # noqa: E402
 from harness.models import ATTENTION, RECURRENCE  # noqa: E402
 
 

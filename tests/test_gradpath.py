@@ -1,4 +1,4 @@
-"""Tests of the gradient-path analyser (harness.gradpath, harness decay).
+"""Tests of the gradient-path analyser (harness.analysis.gradpath, harness decay).
 
 Each compiled measure is compared with an obvious NumPy twin written below as
 loops (products of explicit Jacobians, BPTT step by step, the additive lesson's
@@ -13,7 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import _fit, attention, cli, clipping, gradpath, lessons, models, reference, rnn
+from harness.infra import stats
+from harness.kernels import attention, rnn
+from harness import cli, models
+from harness.analysis import clipping, gradpath, lessons
+from harness.models import reference
 from harness.models import attention as matt
 from harness.models import rnn as mrnn
 
@@ -165,8 +169,8 @@ def test_the_two_measures_agree_where_both_apply():
     r = mrnn.rnn_gradient_norms(X, W_xh, W_hh, "tanh", "both", probe=u)
     np.testing.assert_allclose(r["ln_probe"], r["ln_probe_from_product"], rtol=0, atol=1e-8)
     assert (r["ln_probe"] <= r["ln_spectral"] + 1e-9).all()
-    rate_p = _fit.fit_rate(r["ln_probe"], 0.5)
-    rate_s = _fit.fit_rate(r["ln_spectral"], 0.5)
+    rate_p = stats.fit_rate(r["ln_probe"], 0.5)
+    rate_s = stats.fit_rate(r["ln_spectral"], 0.5)
     assert rate_s < -0.05                                  # it does decay
     assert abs(rate_p - rate_s) < 0.01 * abs(rate_s)
 
@@ -293,7 +297,7 @@ def test_attention_norm_does_not_decay_with_distance():
     near = att["log10_norm"].iloc[: T // 4].mean()
     far = att["log10_norm"].iloc[-T // 4:].mean()
     assert abs(far - near) < 0.5                            # flat on average, whatever k
-    assert abs(_fit.fit_rate(att["log10_norm"].to_numpy() * math.log(10), 0.0)) < 1e-3
+    assert abs(stats.fit_rate(att["log10_norm"].to_numpy() * math.log(10), 0.0)) < 1e-3
     assert rnn_df["log10_norm"].iloc[-1] < rnn_df["log10_norm"].iloc[0] - 30
     # x_1 itself, across T-1 positions, is as reachable as its neighbours
     assert att["log10_norm"].iloc[-1] > near - 2
@@ -641,7 +645,7 @@ def test_path_levels_of_every_family():
         assert (lv.log10_min <= lv.log10_level).all() and (lv.log10_level <= lv.log10_max).all()
     lru = gradpath.path_levels("lru", [9], [0.5, 2.0], 4)
     assert lru.log10_level.iloc[0] == lru.log10_level.iloc[1]
-    path = models.get("lru").gradient_path(models.get("lru").decay_jobs(gradpath.DEFAULT, 9, 4)[0],
+    path = models.get("lru").path.measure(models.get("lru").path.jobs(gradpath.DEFAULT, 9, 4)[0],
                                            gradpath.DEFAULT)
     k = path.distance.to_numpy()
     slope = math.log10(float(path.sigma_max.iloc[0]))

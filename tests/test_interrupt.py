@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import _interrupt, _io, cli, report
+from harness.infra import signals as _interrupt, files as _io
+from harness import cli, report
 
 ROOT = Path(__file__).resolve().parents[1]
 DECAY = ["decay", "--T", "40", "--d", "6", "--rho", "0.9", "1.1", "--quiet"]
@@ -67,7 +68,7 @@ def test_a_failed_write_while_staging_leaves_the_old_set(tmp_path, monkeypatch, 
 def test_a_destination_that_is_a_directory_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
     out = tmp_path / "o"
     (out / "decay_summary.csv").mkdir(parents=True)
-    from harness import gradpath
+    from harness.analysis import gradpath
     monkeypatch.setattr(gradpath, "run_sweep", lambda *a, **k: pytest.fail("computed anyway"))
     assert cli.main([*DECAY, "--out", str(out)]) == 2
     err = capsys.readouterr().err

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from harness import rnn
-from harness._io import atomic_write_text, output_dir
+from harness.kernels import rnn
+from harness.infra.files import atomic_write_text, output_dir
 
 
 def test_output_dir_removes_what_a_failed_run_created(tmp_path):
@@ -74,7 +74,8 @@ def test_main_restores_the_sigterm_handler(tmp_path):
 
 
 def test_depth_writes_its_files_only_when_the_run_completes(tmp_path, monkeypatch):
-    from harness import cli, schedule
+    from harness import cli
+    from harness.analysis import schedule
 
     def boom(*a, **k):
         raise RuntimeError("interrupted")

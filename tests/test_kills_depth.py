@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from harness import depth, models
+from harness.analysis import depth
+from harness import models
 
 
 def test_a_trace_records_the_seconds_it_took_within_the_call():

@@ -1,7 +1,7 @@
 """The traced graph, its task graph and schedule, and the all-or-nothing file output.
 
-Written against mutants of ``harness.trace``, ``harness.schedule``, ``harness.depth``
-and ``harness._io`` that survived the other tests. Each expected value is worked out
+Written against mutants of ``harness.analysis.trace``, ``harness.analysis.schedule``, ``harness.analysis.depth``
+and ``harness.infra.files`` that survived the other tests. Each expected value is worked out
 by hand from a tiny graph (levels, edges, bottom levels, span), from a closed form
 (ceil(log2 n) as a bit length), or from what a plain ndarray does with the same
 indexing, so that a changed axis, dtype, label or comparison makes a test fail.
@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import _greedy, _interrupt, _io, depth, schedule, trace
+from harness.kernels import greedy as _greedy
+from harness.infra import signals as _interrupt, files as _io
+from harness.analysis import depth, schedule, trace
 from harness.models import ATTENTION, RECURRENCE
 
 # ============================================================================ trace
@@ -469,7 +471,8 @@ def _parts_trace(seconds):
 
 
 class _Fam:
-    lesson_parts = ("product", "spare")
+    class tracing:
+        lesson_parts = ("product", "spare")
 
 
 class _Form:

@@ -1,7 +1,7 @@
 """The model families' gradient paths, their inputs and the sweep around them, checked another way.
 
 Written against the mutants of harness/models/rnn.py, harness/models/attention.py,
-harness/gradpath.py and harness/clipping.py that the other tests left alive. Each
+harness/analysis/gradpath.py and harness/analysis/clipping.py that the other tests left alive. Each
 expected value comes from somewhere else than the code under test: a closed form
 (an orthogonal W_hh with no activation decays exactly as rho^k), a slow loop
 twin (``tests/naive.py``), central finite differences, a frame built by hand, a
@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import clipping, gradpath
-from harness.config import DecayConfig
+from harness.analysis import clipping, gradpath
+from harness.infra.config import DecayConfig
+from harness import models
 from harness.models import attention as att_family
 from harness.models import rnn as rnn_family
 
@@ -246,7 +247,8 @@ def test_attention_paths_frame_has_rnn_decays_columns_with_its_own_constants():
     assert len(f) == 1 and f["distance"].iloc[0] == 1 and f["T"].iloc[0] == 2
     assert np.isfinite(f["log10_norm"]).all()
     r = rnn_family.rnn_decay(T=3, d=2)
-    assert list(f.columns) == [c for c in r.columns if c != "norm_measure"]
+    assert list(f.columns) == list(r.columns) == list(models.PATH_COLUMNS)
+    assert f["norm_measure"].isna().all()                        # one measure: no choice to name
     assert (f["model"] == "attention").all()
     assert (f["weight"] == "gaussian").all() and (f["activation"] == "softmax").all()
     assert f["rho"].isna().all() and f["sigma_max"].isna().all()
@@ -388,7 +390,7 @@ def test_a_zero_norm_is_minus_infinity_with_no_numpy_warning():
 
 @pytest.mark.parametrize("d, d_h", [(3, 5), (5, 3)])
 def test_rnn_trace_memory_is_two_widest_rows_per_step_twice_the_weights_and_the_step_objects(d, d_h):
-    from harness import trace
+    from harness.analysis import trace
     T = 7
     weights = sum(math.prod(shape) for _, shape, _, _ in rnn_family.trace_weights(d, d_h=d_h))
     assert weights == d_h * d + d_h * d_h
@@ -399,7 +401,7 @@ def test_rnn_trace_memory_is_two_widest_rows_per_step_twice_the_weights_and_the_
 
 @pytest.mark.parametrize("d, d_k, d_v", [(5, 3, 2), (2, 5, 3), (3, 2, 5)])
 def test_attention_trace_memory_is_four_widest_rows_twice_the_weights_and_five_grids(d, d_k, d_v):
-    from harness import trace
+    from harness.analysis import trace
     T, e = 7, trace.BYTES_PER_ELEMENT
     weights = sum(math.prod(shape) for _, shape, _, _ in att_family.trace_weights(d, d_k=d_k, d_v=d_v))
     assert weights == d * (2 * d_k + d_v)
@@ -455,7 +457,7 @@ def test_rnn_path_memory_counts_eight_trajectories_and_six_matrices():
 def test_attention_torch_peer_backward_and_outputs_repeat_on_one_graph():
     torch = pytest.importorskip("torch")
     fam = att_family.FAMILY
-    X, W = fam.inputs(40, 4, 1, "float64", 3)
+    X, W = fam.kernels.inputs(40, 4, 1, "float64", 3)
     k = fam.kernel("tiled")
     Y, L = k.forward(X, *W)
     dY = np.random.default_rng(4).normal(size=Y.shape)
@@ -471,8 +473,8 @@ def test_attention_torch_peer_backward_and_outputs_repeat_on_one_graph():
 
 @pytest.mark.parametrize("scale, causal", [(False, False), (True, True), (False, True)])
 def test_tiled_forward_passes_scale_and_causal_on(scale, causal):
-    from harness import attention
-    X, W = att_family.FAMILY.inputs(20, 4, 1, "float64", 5)
+    from harness.kernels import attention
+    X, W = att_family.FAMILY.kernels.inputs(20, 4, 1, "float64", 5)
     Y, _ = att_family.tiled_forward(X, *W, scale=scale, causal=causal)
     want = attention.forward(X, *W, scale=scale, causal=causal)[0]
     np.testing.assert_allclose(Y, want, rtol=1e-12, atol=1e-14)

@@ -1,4 +1,4 @@
-"""harness.peakmem's bookkeeping, in this process and without children: what a row holds,
+"""harness.analysis.peakmem's bookkeeping, in this process and without children: what a row holds,
 what the child is told and in which environment, and the counters read in bytes.
 
 The real measurements (fresh processes, real kernels) are in tests/test_peakmem.py; these
@@ -17,7 +17,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from harness import config, models, peakmem
+from harness.infra import config
+from harness import models
+from harness.analysis import peakmem
 
 MiB = 2**20
 SMALL = config.MemoryConfig(T_values=(8, 16), d=4, dtype="float32", threads=1)

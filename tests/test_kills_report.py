@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 
 from harness import report
-from harness._io import UsageError
+from harness.infra.files import UsageError
 from harness.models import ATTENTION, RECURRENCE
 
 ROOT = Path(__file__).resolve().parents[1]

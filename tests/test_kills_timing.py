@@ -1,7 +1,7 @@
 """The timing policy, its intervals and the wall-time crossover, each checked another way.
 
-Written against the mutants of ``harness/timing.py``, ``harness/walltime.py`` and
-``harness/_fit.py`` that the other tests left alive. The intervals are compared with
+Written against the mutants of ``harness/infra/timing.py``, ``harness/analysis/walltime.py`` and
+``harness/infra/stats.py`` that the other tests left alive. The intervals are compared with
 scipy's bootstrap called directly, or with a plain loop twin of the resampling; the
 crossover's boundaries with frames whose answer is worked out by hand. No kernel is
 compiled and no wall-clock time is asserted on: the timer is faked.
@@ -20,7 +20,10 @@ import pytest
 from scipy import stats
 
 from _fakes import Clock
-from harness import _fit, config, models, timing, walltime
+from harness.infra import config, timing
+from harness.infra import stats as fit
+from harness import models
+from harness.analysis import walltime
 from harness.models import ATTENTION, RECURRENCE
 
 BASE = config.WALL.baseline                     # the RNN
@@ -68,19 +71,19 @@ def test_the_eight_rounds_interval_depends_on_seed_count_and_method():
 
 def test_quadratic_crossing_at_or_below_T_one_is_still_a_crossing():
     # 2 T^2 = T^2 + T at T = 1; 2 T^2 = T^2 + T/2 at T = 1/2: any T > 0 counts
-    assert _fit.quadratic_crossing(lambda T: 2 * T * T, lambda T: T * T + T) == 1.0
-    assert _fit.quadratic_crossing(lambda T: 2 * T * T, lambda T: T * T + 0.5 * T) == 0.5
+    assert fit.quadratic_crossing(lambda T: 2 * T * T, lambda T: T * T + T) == 1.0
+    assert fit.quadratic_crossing(lambda T: 2 * T * T, lambda T: T * T + 0.5 * T) == 0.5
 
 
 def test_log_crossing_computes_in_float64_whatever_the_input():
     # float32 samples are widened exactly, then interpolated in float64: the same T either way
     Ts, gap = np.array([3, 10, 30], np.float32), np.array([-0.3, 0.7, 0.9], np.float32)
-    want = _fit.log_crossing(Ts.astype(np.float64), gap.astype(np.float64))
+    want = fit.log_crossing(Ts.astype(np.float64), gap.astype(np.float64))
     f = 0.3 / (0.7 + 0.3)
     assert want == pytest.approx(3 * (10 / 3) ** f, rel=1e-6)
-    assert _fit.log_crossing(Ts, gap) == want
-    assert _fit.log_crossing(Ts, gap.astype(np.float64)) == want
-    assert _fit.log_crossing(Ts.astype(np.float64), gap) == want
+    assert fit.log_crossing(Ts, gap) == want
+    assert fit.log_crossing(Ts, gap.astype(np.float64)) == want
+    assert fit.log_crossing(Ts.astype(np.float64), gap) == want
 
 
 # ============================================================================ timing
@@ -442,7 +445,7 @@ def test_strong_scaling_times_inputs_drawn_at_the_config_seed():
 
 
 def test_matmul_rates_multiplies_inputs_drawn_at_the_config_seed():
-    from harness import _blas
+    from harness.kernels import blas
     cfg = dataclasses.replace(config.WALL, rounds=5, threads=1, seed=7)
     got = {}
 
@@ -457,8 +460,8 @@ def test_matmul_rates_multiplies_inputs_drawn_at_the_config_seed():
     def gemv_steps(W, h, out, T):
         got["W"], got["h"], got["T"] = W.copy(), h.copy(), T
     with mock.patch.object(walltime.timing, "time_interleaved", run_each_once), \
-            mock.patch.object(_blas, "matmul", matmul), \
-            mock.patch.object(_blas, "gemv_steps", gemv_steps):
+            mock.patch.object(blas, "matmul", matmul), \
+            mock.patch.object(blas, "gemv_steps", gemv_steps):
         walltime.matmul_rates(3, cfg, T=4)
     rng = np.random.default_rng(7)
     Q, K = rng.standard_normal((4, 3)), rng.standard_normal((3, 4))
@@ -474,20 +477,20 @@ def test_matmul_rates_multiplies_inputs_drawn_at_the_config_seed():
 
 def test_power_law_counts_T_equal_to_one():
     # seconds = T^2 at T = 1 and 2: two points, exponent 2, prefactor 1; without T = 1, one point
-    p, loga = _fit.power_law([1, 2], [1.0, 4.0])
+    p, loga = fit.power_law([1, 2], [1.0, 4.0])
     assert p == pytest.approx(2.0, rel=1e-12) and loga == pytest.approx(0.0, abs=1e-12)
     # with a third point off the line: log T = (0, l, 2l), log s = (0, 2l, 2l), l = ln 2;
     # centred, (-l, 0, l) . (-4l/3, 2l/3, 2l/3) / (2 l^2) = 1 (without T = 1 it would be 0)
-    assert _fit.power_law([1, 2, 4], [1.0, 4.0, 4.0])[0] == pytest.approx(1.0, rel=1e-12)
+    assert fit.power_law([1, 2, 4], [1.0, 4.0, 4.0])[0] == pytest.approx(1.0, rel=1e-12)
 
 
 def test_power_law_computes_in_float64_whatever_the_input():
     T32 = np.array([3, 7, 50], np.float32)
     s32 = np.array([0.1, 0.3, 2.7], np.float32)
-    want = _fit.power_law(T32.astype(np.float64), s32.astype(np.float64))
-    assert _fit.power_law(T32, s32.astype(np.float64)) == want
-    assert _fit.power_law(T32.astype(np.float64), s32) == want
-    assert _fit.power_law(T32, s32) == want
+    want = fit.power_law(T32.astype(np.float64), s32.astype(np.float64))
+    assert fit.power_law(T32, s32.astype(np.float64)) == want
+    assert fit.power_law(T32.astype(np.float64), s32) == want
+    assert fit.power_law(T32, s32) == want
 
 
 def test_power_law_recovers_its_exponent_over_a_narrow_range_of_large_T():
@@ -495,6 +498,6 @@ def test_power_law_recovers_its_exponent_over_a_narrow_range_of_large_T():
     slope exact to about 1e-9; an uncentred sum would cancel to a few parts in a hundred."""
     T = np.array([1e6, 1e6 + 1, 1e6 + 2, 1e6 + 4])
     for c, p in ((1.0, 1), (1.0, 2), (1e-9, 1), (1e-9, 2), (1e6, 1), (1e6, 2)):
-        slope, loga = _fit.power_law(T, c * T ** p)
+        slope, loga = fit.power_law(T, c * T ** p)
         assert slope == pytest.approx(p, rel=1e-7), (c, p)
         assert loga == pytest.approx(math.log(c), abs=1e-5), (c, p)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from harness import lessons
+from harness.analysis import lessons
 
 
 def test_without_projections_the_diagonal_wins_and_sharpens_with_length():

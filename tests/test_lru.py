@@ -1,4 +1,4 @@
-"""harness.lru and its family against the loop twin in tests/naive.py, finite differences,
+"""harness.kernels.lru and its family against the loop twin in tests/naive.py, finite differences,
 PyTorch autograd, and the exact gradient path max|lam|^k.
 
 Tolerances (stated once), each a relative error against the largest entry of the
@@ -20,7 +20,10 @@ import pytest
 
 import naive
 from _deps import require_module
-from harness import _validate, compare, config, gradpath, lru, models
+from harness.infra import validate, config
+from harness.analysis import compare, gradpath
+from harness.kernels import lru
+from harness import models
 from harness.models import lru as fam
 
 T, D_IN, D_H, NB = 7, 3, 4, 2
@@ -312,7 +315,7 @@ def test_no_numba_error_ever_escapes(arg, value):
 def test_too_big_is_a_memory_error_before_allocating(monkeypatch):
     X = np.ones((2, 2 ** 18, 1))
     lam, B = np.full(64, 0.5), np.ones((64, 1))
-    monkeypatch.setattr(_validate, "available_memory_bytes", lambda: 4096)
+    monkeypatch.setattr(validate, "available_memory_bytes", lambda: 4096)
     raises(MemoryError, lru.forward, dict(X=X, lam=lam, B=B), "bytes", "LRU")
 
 
@@ -399,7 +402,7 @@ def test_the_decay_sweep_runs_the_family_beside_the_others():
 
 def test_the_family_is_registered_with_its_forms_and_variants():
     assert "lru" in models.NAMES and models.get("lru") is fam.FAMILY
-    assert models.form("lru-scan") == (fam.FAMILY, fam.FAMILY.forms[0])
+    assert models.form("lru-scan") == (fam.FAMILY, fam.FAMILY.tracing.forms[1])
     variants = models.variants()
     X, (lam, B) = fam.inputs(50, 6, 1, "float32", 2)
     H = lru.forward(X, lam, B)

@@ -23,7 +23,8 @@ import pandas as pd
 import pytest
 
 from _fakes import Clock
-from harness import _fit, _io, config, timing, walltime
+from harness.infra import stats as _fit, files as _io, config, timing
+from harness.analysis import walltime
 from harness.models import ATTENTION, RECURRENCE
 from harness.models import attention as att_family
 from harness.models import rnn as rnn_family
@@ -635,7 +636,7 @@ def test_schedule_caption_states_steps_spans_and_plateaus():
 
 
 def test_plateau_is_the_first_P_within_the_tolerance_of_the_floor():
-    from harness import schedule
+    from harness.analysis import schedule
     frame = pd.DataFrame(dict(model="m", T=1, grain="g", P=[1000, 1, 10, 100], span=7,
                               time=[100, 400, 101, 100.5]))
     pl = schedule.plateau_P(frame, tol=0.01).iloc[0]
@@ -750,7 +751,7 @@ def _hand_graph():
         op0 matmul (2, 3), k = 4 ──> op1 add (2, 3) ──> op2 row sum (2,), n = 3
                                               └──> op3 tanh (2, 3), read row by row ──row 0──> op4 mul (3,)
     """
-    from harness import trace
+    from harness.analysis import trace
     g = trace.Graph()
     Op = trace.Op
     g.ops = [Op(0, "matmul", "w", (2, 3), 4, []),
@@ -763,7 +764,7 @@ def _hand_graph():
 
 
 def test_task_graph_of_a_hand_built_graph():
-    from harness import schedule
+    from harness.analysis import schedule
     tr = _hand_graph()
     tg = schedule.task_graph(tr, "scalar")
     # tasks: op0, op1, op2, op3 row 0, op3 row 1, op4
@@ -785,7 +786,7 @@ def test_task_graph_of_a_hand_built_graph():
 
 
 def test_schedule_of_a_hand_built_graph():
-    from harness import schedule
+    from harness.analysis import schedule
     tr = _hand_graph()
     with mock.patch.object(schedule.depth, "trace_model", side_effect=AssertionError):
         f = schedule.schedule("hand", 2, 3, (1, 7, 100), "scalar", tr=tr).set_index("P")
@@ -805,7 +806,7 @@ def test_schedule_of_a_hand_built_graph():
 
 
 def test_schedule_defaults_and_table():
-    from harness import depth, schedule
+    from harness.analysis import depth, schedule
     assert schedule.default_processors(3) == (1, 3, 6, 9, 10, 12, 100, 800, 1000, 10**4, 10**5,
                                               10**6, 10**7)
     assert schedule.default_processors(1000)[:6] == (1, 10, 100, 800, 1000, 2000)
@@ -826,8 +827,8 @@ def test_schedule_defaults_and_table():
 
 @pytest.mark.parametrize("T,d", [(3, 2), (5, 4), (2, 7)])
 def test_rnn_depth_row_closed_forms(T, d):
-    from harness import depth
-    from harness.trace import clog2
+    from harness.analysis import depth
+    from harness.analysis.trace import clog2
     row = depth.depth_table([T], d, families=(RECURRENCE,)).iloc[0]
     # X W_xh^T, then per step h W_hh^T, + x_t, tanh
     assert row.ops == 1 + 3 * T
@@ -841,8 +842,8 @@ def test_rnn_depth_row_closed_forms(T, d):
 
 @pytest.mark.parametrize("T,d", [(3, 2), (6, 4)])
 def test_attention_depth_row_closed_forms(T, d):
-    from harness import depth
-    from harness.trace import clog2
+    from harness.analysis import depth
+    from harness.analysis.trace import clog2
     row = depth.depth_table([T], d, families=(ATTENTION,)).iloc[0]
     assert row.ops == 11          # Q K V, Q K^T, / sqrt(d_k), max, -, exp, sum, /, A V
     assert row.macs == 2 * T * T * d and row.macs_all == 2 * T * T * d + 3 * T * d * d
@@ -854,7 +855,7 @@ def test_attention_depth_row_closed_forms(T, d):
 
 
 def test_count_table_marks_the_lessons_parts():
-    from harness import depth
+    from harness.analysis import depth
     c = depth.count_table([3], 2, families=(RECURRENCE, ATTENTION))
     got = {(r.model, r.part): (r.macs, r.flops, r.closed_form, r.in_lesson_comparison)
            for r in c.itertuples()}
@@ -867,7 +868,7 @@ def test_count_table_marks_the_lessons_parts():
 
 
 def test_lesson_table_columns_and_ratio():
-    from harness import depth
+    from harness.analysis import depth
     tab = depth.lesson_table(4, (2, 8))
     assert list(tab.columns) == ["T", "rnn_macs", "attention_macs", "ratio", "T_over_d"]
     assert tab["T"].tolist() == [2, 8]
@@ -877,7 +878,7 @@ def test_lesson_table_columns_and_ratio():
 
 
 def test_traces_are_cached_by_model_T_and_d():
-    from harness import depth
+    from harness.analysis import depth
     traces = {}
     a = depth.traced(traces, RECURRENCE, 3, 2)
     assert depth.traced(traces, RECURRENCE, 3, 2) is a and list(traces) == [(RECURRENCE, 3, 2)]
@@ -887,8 +888,9 @@ def test_traces_are_cached_by_model_T_and_d():
 
 
 def test_trace_memory_check_names_the_form_T_and_d():
-    from harness import depth, models
-    need = models.get(ATTENTION).trace_memory_bytes(50, 8)
+    from harness.analysis import depth
+    from harness import models
+    need = models.get(ATTENTION).tracing.forms[0].trace_memory_bytes(50, 8)
     depth.check_trace_memory(ATTENTION, 50, 8, available=need)        # exactly enough
     with pytest.raises(MemoryError, match=r"attention at T=50, d=8 needs about [\d,]+ bytes"):
         depth.check_trace_memory(ATTENTION, 50, 8, available=need - 1)
@@ -972,7 +974,7 @@ def test_kernel_history_keeps_one_width_batch_and_dtype_oldest_first():
 # ============================================================================ gradpath
 
 def test_summarise_reads_each_configuration_sorted_by_distance():
-    from harness import gradpath
+    from harness.analysis import gradpath
     rows = []
     for rho, M in ((0.5, 1.0), (0.9, 2.0)):
         for k in (3, 1, 4, 2):                                   # stored out of order
@@ -991,7 +993,7 @@ def test_summarise_reads_each_configuration_sorted_by_distance():
 
 
 def test_sweep_jobs_and_stage_memory():
-    from harness import gradpath
+    from harness.analysis import gradpath
     cfg = dataclasses.replace(config.DECAY, rhos=(0.5, 2.0), activations=("tanh",),
                               weights=("gaussian",), input_scales=(1.0, 3.0), Ts=(5, 7), ds=(2,),
                               models=(RECURRENCE, ATTENTION), measure="probe")
@@ -1016,7 +1018,7 @@ def test_sweep_jobs_and_stage_memory():
 
 @pytest.mark.parametrize("fit_from,ok", [(0.0, True), (0.99, True), (1.0, False), (-0.01, False)])
 def test_fit_from_must_lie_in_zero_one(fit_from, ok):
-    from harness import gradpath
+    from harness.analysis import gradpath
     cfg = dataclasses.replace(config.DECAY, Ts=(5,), ds=(2,), fit_from=fit_from)
     if ok:
         gradpath.validate_config(cfg)
@@ -1028,7 +1030,7 @@ def test_fit_from_must_lie_in_zero_one(fit_from, ok):
 # ============================================================================ trace
 
 def test_tree_levels_and_clog2_closed_forms():
-    from harness.trace import clog2, tree_levels
+    from harness.analysis.trace import clog2, tree_levels
     assert [clog2(n) for n in (1, 2, 3, 4, 5, 1024, 1025)] == [0, 1, 2, 2, 3, 10, 11]
     assert tree_levels(1) == [] and tree_levels(2) == [1] and tree_levels(5) == [2, 1, 1]
     for n in range(1, 70):
@@ -1046,14 +1048,14 @@ def test_tree_levels_and_clog2_closed_forms():
     ("add", (), 1, [1], [1], 0),
 ])
 def test_op_levels_and_multiplications(kind, shape, inner, scalar, element, macs):
-    from harness.trace import Op
+    from harness.analysis.trace import Op
     op = Op(0, kind, kind, shape, inner, [])
     assert op.levels("scalar") == scalar and op.levels("element") == element
     assert op.macs == macs and op.numel == (math.prod(shape) if shape else 1)
 
 
 def test_op_rows_only_when_split():
-    from harness.trace import Op
+    from harness.analysis.trace import Op
     assert Op(0, "add", "add", (4, 3), 1, []).rows == 1
     assert Op(0, "add", "add", (4, 3), 1, [], split=True).rows == 4
     assert Op(0, "add", "add", (2, 4, 3), 1, [], split=True).rows == 4
@@ -1061,7 +1063,7 @@ def test_op_rows_only_when_split():
 
 
 def test_recorded_ops_are_named_after_what_they_multiply():
-    from harness import trace
+    from harness.analysis import trace
     g = trace.Graph(weight_parts={"W": "weights"})
     X = trace.leaf(g, "X", (3, 2), ("T", "d_model"), source_row=0)
     W = trace.leaf(g, "W", (2, 2), ("d_model", "d_k"))
@@ -1087,7 +1089,7 @@ def test_recorded_ops_are_named_after_what_they_multiply():
 
 
 def test_row_reads_split_the_op_and_wait_for_that_row_only():
-    from harness import trace
+    from harness.analysis import trace
     g = trace.Graph()
     X = trace.leaf(g, "X", (4, 3), ("T", "d_model"), source_row=1)
     H = np.tanh(X)
@@ -1109,7 +1111,7 @@ def test_row_reads_split_the_op_and_wait_for_that_row_only():
 
 
 def test_reductions_over_the_last_axis_only():
-    from harness import trace
+    from harness.analysis import trace
     g = trace.Graph()
     X = trace.leaf(g, "X", (4, 3), ("T", "d_model"), source_row=0)
     s = X.sum(axis=1)
@@ -1158,7 +1160,7 @@ def _plain_clipping(rho, threshold, T, d, weight, activation, input_scale, seed)
 
 @pytest.mark.parametrize("weight,activation", [("orthogonal", "identity"), ("gaussian", "tanh")])
 def test_clipping_experiment_against_plain_backpropagation(weight, activation):
-    from harness import clipping
+    from harness.analysis import clipping
     T, d, scale, seed = 6, 3, 1.5, 4
     norms = [_plain_clipping(rho, 1.0, T, d, weight, activation, scale, seed)[0]
              for rho in (0.5, 1.5, 3.0)]
@@ -1184,7 +1186,7 @@ def test_clipping_experiment_against_plain_backpropagation(weight, activation):
 
 
 def test_clip_by_norm_closed_forms():
-    from harness import clipping
+    from harness.analysis import clipping
     G = np.array([[3.0, 0.0], [0.0, 4.0]])                  # norm 5
     same, ln = clipping.clip_by_norm(G, 2.0, 10.0)          # g = e^2 G, norm 5 e^2 > 10
     assert same is G and ln == pytest.approx(2.0 + math.log(10.0) - (2.0 + math.log(5.0)))
@@ -1460,7 +1462,7 @@ def _rnn_inputs(T=4, d=3):
 
 
 def _bad_calls():
-    from harness import clipping, gradpath, schedule
+    from harness.analysis import clipping, gradpath, schedule
     from harness.models.attention import attention_paths, path_jacobians
     from harness.models.rnn import recurrent_matrix, rnn_decay, rnn_gradient_norms
     X, Wx, Wh = _rnn_inputs()
@@ -1524,7 +1526,7 @@ def test_each_analyser_error_names_its_argument(i):
 
 
 def test_smallest_accepted_values():
-    from harness import clipping, gradpath
+    from harness.analysis import clipping, gradpath
     from harness.models.rnn import rnn_decay
     assert len(rnn_decay(T=2, d=1, rho=0.9, seed=0, input_scale=0.0)) == 1
     assert len(clipping.clipping_experiment(rhos=(0.5,), T=3, d=1, seed=0, input_scale=0.0)) == 1
@@ -1547,7 +1549,7 @@ def test_gradient_norms_probe_is_a_direction_and_defaults_to_the_fixed_one():
 
 
 def test_path_levels_summarise_each_length_and_input_scale():
-    from harness import gradpath
+    from harness.analysis import gradpath
     from harness.models.attention import attention_paths
     from harness.models.rnn import rnn_decay
     cfg = dataclasses.replace(config.DECAY, seed=3, rhos=(0.7, 0.9), weights=("gaussian",),
@@ -1612,7 +1614,7 @@ def test_table1_formats_counts_with_separators():
 
 def test_check_out_refuses_what_it_cannot_use(tmp_path, monkeypatch):
     from harness import report
-    from harness._io import UsageError
+    from harness.infra.files import UsageError
     assert report.check_out(tmp_path / "new") == (tmp_path / "new").resolve()
     (tmp_path / "empty").mkdir()
     assert report.check_out(tmp_path / "empty") == (tmp_path / "empty").resolve()
@@ -1636,7 +1638,7 @@ def test_report_lock_refuses_a_live_writer_and_takes_over_a_dead_ones(tmp_path):
     import subprocess
     import sys
     from harness import report
-    from harness._io import UsageError
+    from harness.infra.files import UsageError
     out = tmp_path / "rep"
     lock = tmp_path / ".rep.lock"
     with report._lock(out):
@@ -1854,7 +1856,7 @@ def test_build_report_failing_leaves_nothing(tmp_path):
 
 
 def test_traced_views_stack_concatenate_reshape_and_where():
-    from harness import trace
+    from harness.analysis import trace
     g = trace.Graph()
     X = trace.leaf(g, "X", (3, 2), ("T", "d_model"), source_row=0)
     H = np.tanh(X)
@@ -2120,7 +2122,7 @@ def test_noise_floor_resamples_every_round_from_its_seed():
 
 
 def test_matmul_rates_time_the_two_products_they_name():
-    from harness import _blas
+    from harness.kernels import blas as _blas
     calls = []
     real_mm, real_gemv = _blas.matmul, _blas.gemv_steps
 
@@ -2142,7 +2144,7 @@ def test_matmul_rates_time_the_two_products_they_name():
 
 
 def test_reflected_operators_are_recorded_like_the_others():
-    from harness import trace
+    from harness.analysis import trace
     g = trace.Graph()
     X = trace.leaf(g, "X", (2, 2), ("T", "d_model"), source_row=0)
     outs = [1.0 + X, 1.0 - X, 2.0 * X, 1.0 / X, [[1.0, 0.0], [0.0, 1.0]] @ X]
@@ -2174,10 +2176,10 @@ def _close(a, b, dtype):
 def test_rnn_peers_compute_the_kernels_states_and_input_gradient(batch, dtype):
     """Every RNN peer against the compiled kernel: H = forward(X) and dX of the loss <dH, H>."""
     fam = models_get(RECURRENCE)
-    X, W = fam.inputs(5, 3, batch, dtype, 4)
-    H = fam.forward(X, *W)
+    X, W = fam.kernels.inputs(5, 3, batch, dtype, 4)
+    H = fam.kernels.forward(X, *W)
     dH = np.random.default_rng(1).normal(size=H.shape).astype(dtype)
-    dX = fam.backward(X, W, H, dH).dX
+    dX = fam.kernels.backward(X, W, H, dH).dX
     torch = _torch_or_none()
     impls = rnn_family.peers(X, W, dH, torch)
     fwd, bwd, outputs = impls["numpy"]
@@ -2209,11 +2211,11 @@ def models_get(name):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_attention_peers_compute_the_kernels_output_and_input_gradient(dtype, monkeypatch):
     fam = models_get(ATTENTION)
-    X, W = fam.inputs(6, 4, 1, dtype, 2)
-    out = fam.forward(X, *W)
+    X, W = fam.kernels.inputs(6, 4, 1, dtype, 2)
+    out = fam.kernels.forward(X, *W)
     Y, A = out
     dY = np.random.default_rng(3).normal(size=Y.shape).astype(dtype)
-    dX = fam.backward(X, W, out, dY).dX
+    dX = fam.kernels.backward(X, W, out, dY).dX
     torch = _torch_or_none()
     impls = att_family.peers(X, W, dY, torch)
     fwd, bwd, outputs = impls["numpy"][:3]
@@ -2262,7 +2264,7 @@ def test_attention_peers_compute_the_kernels_output_and_input_gradient(dtype, mo
 def test_tiled_attention_peers_compute_the_tiled_kernels_output_and_gradient():
     fam = models_get(ATTENTION)
     k = fam.kernel("tiled")
-    X, W = fam.inputs(300, 4, 1, "float64", 6)        # past one block of 256 query rows
+    X, W = fam.kernels.inputs(300, 4, 1, "float64", 6)        # past one block of 256 query rows
     Y, L = k.forward(X, *W)
     dY = np.random.default_rng(7).normal(size=Y.shape)
     dX = k.backward(X, W, (Y, L), dY).dX
@@ -2425,7 +2427,7 @@ def test_attention_path_flops_and_expected_seconds():
                               input_scales=(1.0,), measure="probe")
     want = sum(2 * rnn_family.path_flops(T, 6, cfg) + att_family.path_flops(T, 6, cfg)
                for T in (30, 40))                               # two radii: two RNN jobs per T
-    from harness import gradpath
+    from harness.analysis import gradpath
     assert gradpath.expected_seconds(cfg) == pytest.approx(want / gradpath.FLOPS_PER_SECOND, rel=1e-12)
     assert gradpath.FLOPS_PER_SECOND == 5e9
 
@@ -2635,7 +2637,7 @@ def test_clip_by_norm_clips_a_gradient_smaller_than_one():
 
 
 def _clip():
-    from harness import clipping
+    from harness.analysis import clipping
     return clipping
 
 
@@ -2653,7 +2655,7 @@ def test_rnn_defaults_are_the_documented_ones():
 
 
 def test_reflected_operators_broadcast_a_larger_constant():
-    from harness import trace
+    from harness.analysis import trace
     g = trace.Graph()
     x = trace.leaf(g, "x", (2,), ("d_model",))
     big = [[1.0, 2.0]] * 3                                      # (3, 2): a list, so Python reflects
@@ -2663,7 +2665,7 @@ def test_reflected_operators_broadcast_a_larger_constant():
 
 
 def test_sweep_frame_is_numbered_afresh_and_summarised_from_its_fit_window():
-    from harness import gradpath
+    from harness.analysis import gradpath
     cfg = dataclasses.replace(config.DECAY, Ts=(12,), ds=(3,), models=("rnn",), rhos=(0.5, 0.9),
                               weights=("gaussian",), activations=("tanh",), input_scales=(1.0,),
                               measure="probe", fit_from=0.75)
@@ -2674,7 +2676,7 @@ def test_sweep_frame_is_numbered_afresh_and_summarised_from_its_fit_window():
 
 
 def test_config_memory_names_the_largest_stage_in_GiB():
-    from harness import gradpath
+    from harness.analysis import gradpath
     cfg = dataclasses.replace(config.DECAY, Ts=(100,), ds=(64,), models=("rnn", "attention"),
                               measure="both", exact_max_d=128)
     stages = gradpath.stage_memory_bytes(100, 64, cfg)
@@ -2701,7 +2703,8 @@ def test_build_report_stages_beside_the_folder_and_files_every_part(tmp_path):
     is removed); the CSVs carry no index; the claims section comes first with its counts;
     machine.json is indented and times the run; the data dictionary is copied beside."""
     import json
-    from harness import claims, report
+    from harness.analysis import claims
+    from harness import report
     out = tmp_path / "a" / "b" / "r1"                            # parents made as needed
     out.parent.mkdir(parents=True)
     dead = out.parent / ".r1.999999999.x.partial"                # a run killed with -9
@@ -2771,7 +2774,7 @@ def test_strong_scaling_defaults_to_one_thread_up_to_every_core():
 
 
 def test_task_graph_is_scalar_by_default():
-    from harness import depth, schedule
+    from harness.analysis import depth, schedule
     tr = depth.trace_model(ATTENTION, 4, 2)
     a, b = schedule.task_graph(tr), schedule.task_graph(tr, "scalar")
     assert (a.grain, a.work, a.span) == (b.grain, b.work, b.span) == ("scalar", b.work, b.span)

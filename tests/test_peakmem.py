@@ -1,4 +1,4 @@
-"""harness.peakmem: peak memory measured in fresh processes, checked against sizes known by hand."""
+"""harness.analysis.peakmem: peak memory measured in fresh processes, checked against sizes known by hand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import sys
 import pandas as pd
 import pytest
 
-from harness import config, peakmem, report
+from harness.infra import config
+from harness.analysis import peakmem
+from harness import report
 
 SMALL = config.MemoryConfig(T_values=(512, 2048), d=32, dtype="float32")
 

@@ -25,9 +25,11 @@ require_module("hypothesis", "pip install -e '.[test]'")      # a test extra: CI
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from harness import _greedy, gradpath, models, schedule, trace  # noqa: E402
+from harness.kernels import greedy
+from harness.analysis import gradpath, schedule, trace
+from harness import models  # noqa: E402
 from harness.models import rnn as rnn_family  # noqa: E402
-from harness.trace import clog2  # noqa: E402
+from harness.analysis.trace import clog2  # noqa: E402
 
 LAW = settings(derandomize=True, deadline=None, max_examples=60, database=None,
                print_blob=False)
@@ -80,7 +82,7 @@ def _task_graph(levels, preds):
 
 def _twin_schedule(levels, preds, prio, P):
     """Step by step, highest priority first (ties: lower id), recording when each task starts
-    and ends: the plain twin of ``_greedy.greedy_schedule``. Returns (steps, start, end):
+    and ends: the plain twin of ``greedy.greedy_schedule``. Returns (steps, start, end):
     task i runs its first unit in step start[i] + 1 and is done after step end[i]."""
     n = len(levels)
     end, start = [None] * n, [None] * n
@@ -126,7 +128,7 @@ def test_span_and_priority_are_the_longest_chains(dag):
     levels, preds = dag
     tg = _task_graph(levels, preds)
     finish, bottom = np.zeros(len(levels), np.int64), np.zeros(len(levels), np.int64)
-    _greedy.span_and_priority(tg.level_ptr, tg.succ_ptr, tg.succ_idx, finish, bottom)
+    greedy.span_and_priority(tg.level_ptr, tg.succ_ptr, tg.succ_idx, finish, bottom)
     want_finish, want_bottom = _longest(levels, preds)
     assert finish.tolist() == want_finish
     assert bottom.tolist() == want_bottom
@@ -142,7 +144,7 @@ def test_greedy_schedule_respects_every_dependency(dag, P):
     tg = _task_graph(levels, preds)
     args = (tg.level_ptr, tg.level_size, tg.succ_ptr, tg.succ_idx, tg.indeg, tg.prio, P)
     out = np.zeros(3, np.int64)
-    _greedy.greedy_schedule(*args, out)
+    greedy.greedy_schedule(*args, out)
 
     steps, start, end = _twin_schedule(levels, preds, tg.prio.tolist(), P)
     for j in range(len(levels)):
@@ -151,7 +153,7 @@ def test_greedy_schedule_respects_every_dependency(dag, P):
 
     ready = {i for i in range(len(levels)) if not preds[i]}
     finished = []
-    real = _greedy.release
+    real = greedy.release
 
     def spy(i, succ_ptr, succ_idx, indeg, stack, sp):
         assert i in ready and i not in finished
@@ -164,8 +166,8 @@ def test_greedy_schedule_respects_every_dependency(dag, P):
         return new_sp
 
     slow = np.zeros(3, np.int64)
-    with mock.patch.object(_greedy, "release", spy):
-        _greedy.greedy_schedule.py_func(*args, slow)
+    with mock.patch.object(greedy, "release", spy):
+        greedy.greedy_schedule.py_func(*args, slow)
     assert sorted(finished) == list(range(len(levels)))
     assert slow.tolist() == out.tolist()
 
@@ -322,7 +324,7 @@ def test_traced_span_is_the_longest_chain_of_the_recorded_graph(prog):
 @LAW
 @given(model=st.sampled_from(models.NAMES), T=st.integers(1, 12), d=st.integers(1, 6))
 def test_trace_of_a_model_spans_its_longest_chain(model, T, d):
-    from harness import depth
+    from harness.analysis import depth
     tr = depth.trace_model(model, T, d)
     chain = {}
     for op in tr.graph.ops:

@@ -32,7 +32,7 @@ def _csv(name):
 
 
 def test_readme_claims_block_is_the_data():
-    from harness import claims
+    from harness.analysis import claims
     text = README.read_text(encoding="utf-8")
     block = text[text.index(claims.README_START):text.index(claims.README_END) + len(claims.README_END)]
     assert block == claims.markdown(_csv("claims"))

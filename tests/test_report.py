@@ -302,7 +302,7 @@ def test_work_caption_crossover_is_at_d(built):
 
 
 def test_report_files_are_readable_by_others(built):
-    from harness._io import umask
+    from harness.infra.files import umask
     mask = umask()
     assert built.stat().st_mode & 0o777 == 0o777 & ~mask      # not mkdtemp's 0700
     for path in built.iterdir():
@@ -310,7 +310,7 @@ def test_report_files_are_readable_by_others(built):
 
 
 def test_the_first_section_is_the_claims_table(built):
-    from harness import claims
+    from harness.analysis import claims
     secs = _sections(_html(built))
     assert secs[0][0] == "claims" and secs[0][2] == ["claims"]
     t = pd.read_csv(built / "claims.csv")

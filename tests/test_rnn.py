@@ -1,4 +1,4 @@
-"""harness.rnn against its loop twin in tests/naive.py and against finite differences.
+"""harness.kernels.rnn against its loop twin in tests/naive.py and against finite differences.
 
 Tolerances (stated once): the naive twin runs in float64 on the same (possibly
 float32) inputs. float64 kernels agree with it to 1e-12 relative to the
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import naive
-from harness import rnn
+from harness.kernels import rnn
 
 T, D_IN, D_H, B = 5, 3, 4, 2
 FD_TOL = 1e-6

@@ -13,8 +13,8 @@ import pytest
 
 import naive
 from _deps import require_module
-from harness import attention as at
-from harness import rnn
+from harness.kernels import attention as at
+from harness.kernels import rnn
 
 torch = require_module("torch", "pip install -e '.[torch]'")
 F = torch.nn.functional

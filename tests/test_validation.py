@@ -17,9 +17,9 @@ import numba.core.errors
 import numpy as np
 import pytest
 
-from harness import _validate
-from harness import attention as at
-from harness import rnn
+from harness.infra import validate
+from harness.kernels import attention as at
+from harness.kernels import rnn
 
 T, D_IN, D_H, B = 5, 3, 4, 2          # RNN
 D_MODEL, D_K, D_V = 4, 3, 2            # self-attention
@@ -265,7 +265,7 @@ MEMORY = [   # call, arguments, the bytes at least one T x T (or T_y x T_x) grid
 def test_too_big_is_a_memory_error_before_allocating(monkeypatch, call, make, at_least):
     fn = CALLS[call.replace("-batched", "")][0]
     kw = make()
-    monkeypatch.setattr(_validate, "available_memory_bytes", lambda: 4096)
+    monkeypatch.setattr(validate, "available_memory_bytes", lambda: 4096)
     tracemalloc.start()
     try:
         msg = raises(MemoryError, fn, kw, "bytes")
@@ -279,7 +279,7 @@ def test_too_big_is_a_memory_error_before_allocating(monkeypatch, call, make, at
 
 def test_memory_check_sees_the_real_machine():
     # Without the patch, T = 2**17 asks for 128 GiB per T x T float64 grid, more than any CI box has.
-    avail = _validate.available_memory_bytes()
+    avail = validate.available_memory_bytes()
     if avail > 2 ** 37:
         pytest.skip(f"this machine has {avail:,} bytes available")
     X = np.ones((2 ** 17, 1))

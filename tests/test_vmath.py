@@ -1,4 +1,4 @@
-"""harness._vmath: the vectorisable tanh and exp against NumPy's.
+"""harness.kernels.vmath: the vectorisable tanh and exp against NumPy's.
 
 Tolerances (stated once): float64 tanh within 3 ulp of np.tanh; float32 tanh
 within 1 ulp of np.tanh evaluated in float64 and rounded (it is computed in
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness._vmath import exp_nonpositive_inplace, tanh_inplace
+from harness.kernels.vmath import exp_nonpositive_inplace, tanh_inplace
 
 
 def ulps(got, want):

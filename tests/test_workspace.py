@@ -2,17 +2,18 @@
 
 import numpy as np
 
-from harness import _workspace, attention, rnn
+from harness.infra import workspace
+from harness.kernels import attention, rnn
 
 
 def test_buffer_reuses_memory_by_name_and_dtype():
-    _workspace.clear()
-    a = _workspace.buffer("x", (4, 4), np.float64)
-    b = _workspace.buffer("x", (2, 3), np.float64)
+    workspace.clear()
+    a = workspace.buffer("x", (4, 4), np.float64)
+    b = workspace.buffer("x", (2, 3), np.float64)
     assert np.shares_memory(a, b) and b.shape == (2, 3)
-    assert not np.shares_memory(a, _workspace.buffer("y", (4, 4), np.float64))
-    assert not np.shares_memory(a, _workspace.buffer("x", (4, 4), np.float32))
-    c = _workspace.buffer("x", (5, 5), np.float64)              # larger: a new buffer
+    assert not np.shares_memory(a, workspace.buffer("y", (4, 4), np.float64))
+    assert not np.shares_memory(a, workspace.buffer("x", (4, 4), np.float32))
+    c = workspace.buffer("x", (5, 5), np.float64)              # larger: a new buffer
     assert c.shape == (5, 5)
 
 
@@ -45,10 +46,10 @@ def test_rnn_results_are_not_workspace():
 
 
 def test_kept_values_are_per_name_and_dropped_by_clear():
-    _workspace.clear()
-    assert _workspace.kept("a") is None
-    _workspace.keep("a", (1, 2))
-    _workspace.keep("b", "x")
-    assert _workspace.kept("a") == (1, 2) and _workspace.kept("b") == "x"
-    _workspace.clear()
-    assert _workspace.kept("a") is None and _workspace.kept("b") is None
+    workspace.clear()
+    assert workspace.kept("a") is None
+    workspace.keep("a", (1, 2))
+    workspace.keep("b", "x")
+    assert workspace.kept("a") == (1, 2) and workspace.kept("b") == "x"
+    workspace.clear()
+    assert workspace.kept("a") is None and workspace.kept("b") is None

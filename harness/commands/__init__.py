@@ -2,14 +2,14 @@
 
 Each provides ``HELP`` (one line), ``DESCRIPTION`` (with an example),
 ``add_arguments(parser)`` and ``run(args) -> int``. A command module imports
-only the standard library and ``harness.config`` at the top: NumPy, pandas,
+only the standard library and ``harness.infra.config`` at the top: NumPy, pandas,
 Numba and the analysers are imported inside ``run``, so that ``--help`` and a
 usage error answer at once.
 """
 
 from __future__ import annotations
 
-from harness._io import UsageError
+from harness.infra.files import UsageError
 
 # subcommand -> module that implements it, in the order --help lists them
 COMMANDS = {

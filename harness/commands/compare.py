@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness import config as C
-from harness._io import UsageError
+from harness.infra import config as C
+from harness.infra.files import UsageError
 
 HELP = "time the kernels against plain NumPy and PyTorch, as ratios"
 DESCRIPTION = """\
@@ -50,7 +50,7 @@ def run(args):
                          f"got {args.threads}")
     if args.repeats is not None and args.repeats < 1:
         raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
-    from harness._io import output_dir
+    from harness.infra.files import output_dir
     base = C.QUICK_COMPARE if args.quick else C.LONG_COMPARE if args.long else C.COMPARE
     config = dataclasses.replace(base, threads=args.threads,
                                  repeats=base.repeats if args.repeats is None else args.repeats)
@@ -61,9 +61,9 @@ def run(args):
 def _run(args, config, out):
     import sys
 
-    from harness import compare
-    from harness._io import output_set
-    from harness._progress import Progress, warm_up_kernels
+    from harness.analysis import compare
+    from harness.infra.files import output_set
+    from harness.infra.progress import Progress, warm_up_kernels
 
     progress = Progress("harness compare", args.quiet)
     if compare._torch() is None:

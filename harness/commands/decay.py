@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-from harness import config as C
+from harness.infra import config as C
 from harness.commands import numbers, validated
 
 HELP = "measure gradient decay over distance: RNN Jacobian products against one attention weight"
@@ -64,7 +64,7 @@ def add_arguments(parser):
 
 def configs(args):
     """(DecayConfig, ClippingConfig) from the arguments, each checked once, errors naming flags."""
-    from harness import clipping, gradpath
+    from harness.analysis import clipping, gradpath
     models = tuple(m for m in args.model if not (args.no_attention and m == C.ATTENTION_NAME))
     decay = replace(C.DECAY, rhos=tuple(args.rho), activations=tuple(args.activation),
                     weights=tuple(args.weight), input_scales=tuple(args.input_scale),
@@ -83,9 +83,9 @@ def run(args):
 
     import pandas as pd
 
-    from harness import clipping, gradpath, lessons
-    from harness._io import output_dir, output_set
-    from harness._progress import Progress, warm_up_kernels
+    from harness.analysis import clipping, gradpath, lessons
+    from harness.infra.files import output_dir, output_set
+    from harness.infra.progress import Progress, warm_up_kernels
 
     decay, clip = configs(args)           # every check first: a bad argument creates nothing
     progress = Progress("harness decay", args.quiet)

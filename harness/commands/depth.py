@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness import config as C
-from harness._io import UsageError
+from harness.infra import config as C
+from harness.infra.files import UsageError
 from harness.commands import numbers
 
 HELP = "work, span, path length and the P-processor schedule of RNN vs attention"
@@ -60,8 +60,9 @@ def configs(args):
     """(DepthConfig, ScheduleConfig, WallConfig), checked once, before any work or directory."""
     import os
 
-    from harness import depth, models, walltime
-    from harness._validate import available_memory_bytes
+    from harness.analysis import depth, walltime
+    from harness import models
+    from harness.infra.validate import available_memory_bytes
     for name, vals in (("--T", args.T), ("--schedule-T", args.schedule_T),
                        ("--measure-T", args.measure_T), ("--P", args.P or [1]),
                        ("--scaling-T", [args.scaling_T]), ("--d", [args.d])):
@@ -108,7 +109,7 @@ def run(args):
     dcfg, scfg, wcfg = configs(args)     # every check first: a bad argument creates nothing
     if args.out is None:
         return _run(args, dcfg, scfg, wcfg, None)
-    from harness._io import output_dir
+    from harness.infra.files import output_dir
     files = FILES if args.no_measure else FILES + MEASURED
     with output_dir(args.out, files=files) as out_dir:
         return _run(args, dcfg, scfg, wcfg, out_dir)
@@ -120,9 +121,11 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
 
     import pandas as pd
 
-    from harness import depth, machine, models, schedule, walltime
-    from harness._io import output_set
-    from harness._progress import Progress, warm_up_kernels
+    from harness.analysis import depth, schedule, walltime
+    from harness.infra import machine
+    from harness import models
+    from harness.infra.files import output_set
+    from harness.infra.progress import Progress, warm_up_kernels
 
     t0 = time.perf_counter()
     progress = Progress("harness depth", args.quiet)
@@ -139,7 +142,7 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
     view = table[["model", "T", "macs", "flops", "span", "max_path", "scalar_span",
                   "parallelism"]].copy()
     view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
-    parts = "; ".join(f"{f.name}: {' + '.join(f.lesson_parts)}" for f in models.families())
+    parts = "; ".join(f"{f.name}: {' + '.join(f.tracing.lesson_parts)}" for f in models.families())
     _print(f"Table 1, measured on the traced forwards (d = {d}; macs: one per multiply-add of the "
            f"parts the lessons count ({parts}); flops = 2 x macs, PyTorch's convention;\n"
            f"span and max_path in operations; scalar_span exact with sums as ceil(log2 n) trees; "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness import config as C
+from harness.infra import config as C
 
 HELP = "write the HTML report: decay, clipping, depth, work, attention maps, benchmarks"
 DESCRIPTION = """\
@@ -44,7 +44,7 @@ def run(args):
     t0 = time.perf_counter()
 
     from harness import report
-    from harness._progress import Progress, warm_up_kernels
+    from harness.infra.progress import Progress, warm_up_kernels
     report.check_out(out)                 # a folder that cannot be used is refused before any work
 
     progress = Progress("harness report", args.quiet)

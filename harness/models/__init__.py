@@ -1,25 +1,29 @@
-"""The model families, registered in one place.
+"""The model families, registered in one place, and the interface a family gives.
 
-A family is one module in this package that builds a ``Family``: its compiled
-forward and backward (from its kernel module), its plain NumPy forward (the one
-``harness.depth`` traces) and any further traced forms of it (``Form``: the
-linear recurrence's parallel scan beside its loop), its closed-form
-multiplication counts, its input factory, the variants that are timed, its
-gradient path, its memory estimates and its peers for ``harness compare``. The analysers, ``harness compare``, the
-asv suite and the report loop over ``FAMILIES``; none of them branches on a
-family's name.
+A family is one module, ``harness/models/<name>.py``, ending in ``FAMILY = Family(...)``,
+and one line in ``NAMES`` below. ``Family`` groups what it gives into typed parts, each
+with its contract in its docstring:
 
-Adding a family: write ``harness/models/<name>.py`` ending in
-``FAMILY = Family(...)``, and add its name to ``NAMES`` below. This package
-imports nothing heavy: a family's module (and Numba with it) is loaded the
-first time the family is asked for.
+* ``Kernels``: its compiled forward and backward, what a loss reads of the output, its
+  inputs from a fixed seed;
+* ``Form``s (in ``Tracing``): its plain NumPy forwards that ``harness.analysis.depth``
+  traces, with their closed-form multiplication counts;
+* ``Variant``s: the calls whose wall time and peak memory are measured over T;
+* ``GradientPath``: its sweep jobs, the measurement of one job as a frame with the
+  columns ``PATH_COLUMNS`` declares, its summary, memory and cost;
+* ``Compared`` kernels: what ``harness compare`` times against which peers, on which cases.
+
+The analysers, ``harness compare``, the asv suite and the report loop over ``families()``;
+none of them branches on a family's name, and ``tests/test_families.py`` runs one battery
+of checks over every registered family. This package imports nothing heavy: a family's
+module (and Numba with it) is loaded the first time the family is asked for.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 # The registration: one name per family (its module is harness/models/<name>.py),
 # in the order the tables list them.
@@ -35,82 +39,199 @@ ATTENTION = "attention"
 # ... and the recurrence that parallelises (a diagonal linear recurrence, by a scan)
 PARALLEL_RECURRENCE = "lru"
 
+# The gradient-path frame: one row per (family, configuration, distance), these columns in
+# this order. The configuration's columns come first (the summary groups by them; a family
+# leaves NaN those it has no notion of: attention has no rho); a family measures
+# log10_norm and fills the other measured columns it has (NaN otherwise).
+PATH_KEYS = ("model", "weight", "activation", "rho", "input_scale", "T", "d", "seed")
+PATH_COLUMNS = PATH_KEYS + (
+    "sigma_max",        # the largest singular value of the step's matrix (NaN: none)
+    "distance",         # k: from position T-k to position T
+    "log10_norm",       # log10 of the path's norm at k: what every figure and fit reads
+    "log10_probe",      # the same by back-propagating a probe loss (the RNN's second measure)
+    "log10_spectral",   # the spectral norm of the whole Jacobian, where computed
+    "log10_linear",     # the theory line: k log10 rho (the linear RNN's exact value)
+    "log10_bound",      # an upper bound: k log10 sigma_max
+    "log10_value",      # attention's value route (x_j as a term of alpha.V)
+    "log10_score",      # attention's score route (x_j inside alpha)
+    "norm_measure",     # which measure log10_norm is: "spectral" or "probe"
+)
+# Family.path.summary's keys, in this order (gradpath.summarise names them as its columns)
+PATH_SUMMARY_KEYS = ("fitted_rate", "fitted_rate_probe", "theory_rate", "bound_rate",
+                     "bound_respected", "log10_transient")
+
+
+def _no_grid(T, batch):
+    return 0
+
 
 @dataclass(frozen=True)
-class Variant:
-    """One timed call of a family, under the name the wall-time tables use."""
-    name: str
-    inputs: Callable        # (T, d, rng, dtype) -> args of ``call``
-    call: Callable          # (*args) -> output
-    macs: Callable          # (T, d) -> multiplications the call does
-    bytes: Callable         # (T, d) -> peak bytes of the call and its inputs
+class Kernels:
+    """A family's compiled forward and backward: what is timed, compared and benchmarked.
+
+    ``forward(X, *weights) -> output``; ``backward(X, weights, output, d_primary) -> grads``,
+    a result whose ``dX`` is the input's gradient, from the stored ``output`` and the gradient
+    of ``primary(output)``; ``primary(output)``: the (..., T, width) array a loss reads;
+    ``inputs(T, d, batch, dtype, seed) -> (X, weights)``: X (T, d) for batch 1, else
+    (batch, T, d), drawn from ``default_rng(seed)``, never written by the kernels;
+    ``grid_elements(T, batch)``: elements of the largest (B, T, T) array ``forward``
+    allocates (0 for a family with none).
+    """
+    forward: Callable[..., Any]
+    backward: Callable[..., Any]
+    primary: Callable[[Any], Any]
+    inputs: Callable[..., tuple]
+    grid_elements: Callable[[int, int], int] = _no_grid
 
 
 @dataclass(frozen=True)
 class Form:
-    """One plain NumPy forward that ``harness.depth`` traces, under the name the depth tables use.
+    """One plain NumPy forward that ``harness.analysis.depth`` traces, under the name the
+    depth tables use.
 
-    A family's own ``reference_forward`` is its first form, named as the family; a
-    family may add others (``Family.forms``) that compute the same outputs another way.
+    ``forward(X, *weights) -> tuple of outputs``, written with the tracer's operations;
+    ``macs(T, d) -> {part: multiplications}``: its closed-form counts, which the traced ones
+    must equal; ``trace_memory_bytes(T, d)``: the peak bytes of tracing it, checked before.
     """
     name: str
-    forward: Callable               # plain NumPy forward(X, *weights) -> tuple of outputs
-    macs: Callable                  # (T, d) -> {part: multiplications} of this forward
-    trace_memory_bytes: Callable    # (T, d) -> peak bytes of tracing it
+    forward: Callable[..., tuple]
+    macs: Callable[[int, int], Mapping[str, int]]
+    trace_memory_bytes: Callable[[int, int], int]
 
 
 @dataclass(frozen=True)
-class Kernel:
-    """A compiled forward and backward of a family that ``harness compare`` times.
+class Tracing:
+    """What the tracer runs: ``forms[0]`` is the family's own forward, named as the family;
+    further forms compute the same outputs another way (the LRU's scan beside its loop).
 
-    A family's own ``forward`` and ``backward`` are its kernel "default"; a
-    family may add others (``Family.kernels``: attention's tiled kernel, which never
-    stores the T x T weights), each with the peers it is measured against and the
-    directions it is timed in: "forward", "backward" (from a stored forward output)
-    and "forward+backward" (a training step's two passes together).
+    ``weights(d) -> ((name, shape, axes, part), ...)`` in the forwards' argument order: the
+    part a weight's products are counted under; ``lesson_parts``: the parts the lessons'
+    work comparison counts (the RNN's recurrence and input; attention's grid and mix).
+    """
+    weights: Callable[[int], tuple]
+    forms: tuple[Form, ...]
+    lesson_parts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One timed call of a family, under the name the wall-time tables use.
+
+    ``inputs(T, d, rng, dtype) -> args`` of ``call``; ``macs(T, d)``: the multiplications the
+    call does (linear or quadratic in T: the crossover solves for it); ``bytes(T, d)``: the
+    peak bytes of the call and its inputs, checked before timing.
     """
     name: str
-    forward: Callable               # forward(X, *weights) -> output
-    backward: Callable              # backward_from(X, weights, output, d_output) -> grads
-    peers: Callable                 # (X, weights, d_output, torch or None) -> {impl: (fwd, bwd, outputs, fwd+bwd)}
-    compare_target: Callable        # (batch, direction, T, d) -> (speed-up needed, GEMM floor or None, words)
-    directions: tuple = ("forward", "backward")
+    inputs: Callable[..., tuple]
+    call: Callable[..., Any]
+    macs: Callable[[int, int], int]
+    bytes: Callable[[int, int], int]
+
+
+@dataclass(frozen=True)
+class GradientPath:
+    """How much of position T-k reaches position T in this family, over k.
+
+    ``jobs(config, T, d) -> [job]``: one mapping per configuration of the sweep at (T, d),
+    with at least ``model``, ``T`` and ``d``; ``measure(job, config)``: a frame with the
+    columns ``PATH_COLUMNS`` (build it with ``path_frame``), one row per distance 1..T-1;
+    ``summary(rows of one configuration, fit_from) -> {PATH_SUMMARY_KEYS: value}``;
+    ``memory(T, d, config) -> {stage: peak bytes}``; ``flops(T, d, config)``: the rough
+    floating-point work of one job, for the sweep's time estimate; ``options``: the family's
+    own knobs (a frozen dataclass, the LRU's radii), which ``config.path_options`` may replace
+    (read them with ``path_options(config, name)``, never from a module global).
+    """
+    jobs: Callable[..., list]
+    measure: Callable[..., Any]
+    summary: Callable[..., Mapping[str, Any]]
+    memory: Callable[..., Mapping[str, int]]
+    flops: Callable[..., float]
+    options: Any = None
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A compiled forward and backward that ``harness compare`` times against its peers.
+
+    ``forward(X, *weights) -> output`` and ``backward(X, weights, output, d_primary)`` as
+    ``Kernels``; ``peers(X, weights, d_primary, torch or None) -> {impl: (forward, backward,
+    outputs, forward+backward)}`` (``outputs() -> (primary output, dX)``, so that a test can
+    check every peer computes what the kernel does; ``gemm``: the kernel's own BLAS calls
+    alone); ``target(batch, direction, T, d) -> (speed-up needed, GEMM floor or None,
+    words)``; ``directions`` it is timed in; ``cases``, ``quick_cases`` and ``long_cases``:
+    the (batch, T, d) it is compared at by ``harness compare``, ``--quick`` and ``--long``.
+    """
+    name: str
+    forward: Callable[..., Any]
+    backward: Callable[..., Any]
+    peers: Callable[..., Mapping[str, tuple]]
+    target: Callable[..., tuple]
+    directions: tuple[str, ...] = ("forward", "backward")
+    cases: tuple[tuple[int, int, int], ...] = ()
+    quick_cases: tuple[tuple[int, int, int], ...] = ()
+    long_cases: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class Family:
+    """One model family: its name, how tables name it (``title``), and its parts.
+
+    ``compared[0]`` is the family's own kernels, named "default"; ``scaling``: the family's
+    own strong-scaling check (a tidy frame), or None.
+    """
     name: str
-    title: str                      # how captions and tables name it
-    forward: Callable               # compiled: forward(X, *weights) -> output
-    backward: Callable              # compiled: backward_from(X, weights, output, d_output) -> grads
-    primary: Callable               # output -> the (..., T, width) array a loss reads
-    reference_forward: Callable     # plain NumPy forward(X, *weights) -> tuple of outputs (traced)
-    trace_weights: Callable         # d -> ((name, shape, axes, part), ...) in forward's order
-    macs: Callable                  # (T, d) -> {part: multiplications}, the lessons' formulas
-    lesson_parts: tuple             # the parts the lessons' comparison counts
-    inputs: Callable                # (T, d, batch, dtype, seed) -> (X, weights)
-    trace_memory_bytes: Callable    # (T, d) -> peak bytes of tracing the reference forward
-    timed: tuple                    # Variants whose wall time ``harness depth`` measures
-    decay_jobs: Callable            # (DecayConfig, T, d) -> [job dict], one per configuration
-    gradient_path: Callable         # (job dict, DecayConfig) -> tidy frame, one row per distance
-    path_summary: Callable          # (rows of one configuration, fit_from) -> {summary column: value}
-    path_memory: Callable           # (T, d, DecayConfig) -> {stage: peak bytes}
-    peers: Callable                 # (X, weights, d_output, torch or None) -> {impl: (fwd, bwd, outputs)}
-    compare_target: Callable        # (batch, direction, T, d) -> (speed-up needed, GEMM floor or None, words)
-    grid_elements: Callable = lambda T, batch: 0   # elements of the largest (B, T, T) array it allocates
-    forms: tuple = ()               # further traced Forms beside reference_forward (a scan beside a loop)
-    scaling: Callable | None = None  # () -> tidy frame: the family's own strong-scaling check, or None
-    kernels: tuple = ()             # further Kernels that ``harness compare`` times (by name)
+    title: str
+    kernels: Kernels
+    tracing: Tracing
+    timed: tuple[Variant, ...]
+    path: GradientPath
+    compared: tuple[Compared, ...]
+    scaling: Callable[[], Any] | None = None
 
     def kernel(self, name="default", arg="kernel"):
-        """The compared Kernel called ``name`` ("default": the family's own forward and backward)."""
-        if name == "default":
-            return Kernel("default", self.forward, self.backward, self.peers, self.compare_target)
-        for k in self.kernels:
+        """The compared kernel called ``name`` ("default": the family's own forward and backward)."""
+        for k in self.compared:
             if k.name == name:
                 return k
         raise ValueError(f"{arg} of {self.name} must be one of "
-                         f"{['default', *(k.name for k in self.kernels)]!r}, got {name!r}.")
+                         f"{[k.name for k in self.compared]!r}, got {name!r}.")
+
+
+def path_options(config, name):
+    """The gradient-path knobs of family ``name`` in a ``DecayConfig``: its entry in
+    ``config.path_options`` where there is one, else the family's own default."""
+    for family, options in config.path_options:
+        if family == name:
+            return options
+    return get(name).path.options
+
+
+def path_frame(family, k, **columns):
+    """The gradient-path frame of one configuration of ``family`` at distances ``k``, with
+    ``PATH_COLUMNS`` in order: a column not given is NaN; one not declared is refused."""
+    import numpy as np
+    import pandas as pd
+    extra = set(columns) - set(PATH_COLUMNS)
+    if extra:
+        raise ValueError(f"the gradient path of {family} has undeclared columns {sorted(extra)}; "
+                         f"declare them in harness.models.PATH_COLUMNS")
+    data = {c: columns.get(c, np.nan) for c in PATH_COLUMNS}
+    data["model"], data["distance"] = family, k
+    return pd.DataFrame(data)              # in PATH_COLUMNS order
+
+
+def check_path_frame(name, frame):
+    """Raise ValueError naming the family and the column where a gradient-path frame does not
+    have ``PATH_COLUMNS`` in order."""
+    got = list(frame.columns)
+    for i, want in enumerate(PATH_COLUMNS):
+        if i >= len(got) or got[i] != want:
+            have = got[i] if i < len(got) else "nothing"
+            raise ValueError(f"the gradient path of {name} must have column {want!r} at position "
+                             f"{i}, got {have!r} (harness.models.PATH_COLUMNS)")
+    if len(got) > len(PATH_COLUMNS):
+        raise ValueError(f"the gradient path of {name} has undeclared column {got[len(PATH_COLUMNS)]!r}")
+    return frame
 
 
 def get(name, arg="model"):
@@ -126,13 +247,12 @@ def families():
 
 
 def traced_forms(names=NAMES):
-    """{form name: (family, Form)}: each family of ``names`` under its own name (its
-    ``reference_forward``), then its further ``forms``, in registration order."""
+    """{form name: (family, Form)}: every traced form of the families ``names``, in
+    registration order (each family's own first, under the family's name)."""
     out = {}
     for name in names:
         f = get(name, "models")
-        out[f.name] = (f, Form(f.name, f.reference_forward, f.macs, f.trace_memory_bytes))
-        out.update((form.name, (f, form)) for form in f.forms)
+        out.update((form.name, (f, form)) for form in f.tracing.forms)
     return out
 
 

@@ -1,7 +1,7 @@
 """The self-attention family: y_i = sum_j alpha_ij v_j, alpha_i = softmax(q_i K^T / sqrt(d_k)).
 
-Kernels in ``harness.attention``; the plain NumPy forward the tracer runs in
-``harness.reference``; here, what the analysers need: the lessons' counts (the
+Kernels in ``harness.kernels.attention``; the plain NumPy forward the tracer runs in
+``harness.models.reference``; here, what the analysers need: the lessons' counts (the
 T x T grid T^2 d_k, the mix T^2 d_v, the projections T d (2 d_k + d_v)), its
 inputs, its timed variants (the materialised kernel, with and without projections,
 and the tiled one that never stores the T x T weights), and its gradient path:
@@ -16,11 +16,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness import attention, reference, trace
-from harness._blas import matmul
-from harness._fit import fit_rate
-from harness._validate import as_float_array, check_int, check_memory, check_real, check_seed
-from harness.models import Family, Kernel, Variant
+from harness.kernels import attention
+from harness.models import reference
+from harness.analysis import trace
+from harness.kernels.blas import matmul
+from harness.infra.stats import fit_rate
+from harness.infra.validate import as_float_array, check_int, check_memory, check_real, check_seed
+from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
+                            path_frame)
 
 
 # ------------------------------------------------------------------ counts and inputs
@@ -211,17 +214,14 @@ def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=No
             total[lo:hi], value[lo:hi], score[lo:hi] = lg(Jv + Js), lg(Jv), lg(Js)
     k = np.arange(1, T)
     idx = T - 1 - k                                        # x_{T-k}, 0-based
-    return pd.DataFrame({
-        "model": FAMILY.name, "weight": "gaussian", "activation": "softmax", "rho": np.nan,
-        "input_scale": float(input_scale), "T": T, "d": d, "seed": seed, "sigma_max": np.nan,
-        "distance": k, "log10_norm": total[idx], "log10_probe": np.nan, "log10_spectral": total[idx],
-        "log10_linear": np.nan, "log10_bound": np.nan,
-        "log10_value": value[idx], "log10_score": score[idx],
-    })
+    return path_frame("attention", k, weight="gaussian", activation="softmax",
+                      input_scale=float(input_scale), T=T, d=d, seed=seed,
+                      log10_norm=total[idx], log10_spectral=total[idx],
+                      log10_value=value[idx], log10_score=score[idx])
 
 
 def decay_jobs(config, T, d):
-    return [dict(model=FAMILY.name, T=T, d=d, input_scale=s) for s in config.input_scales]
+    return [dict(model="attention", T=T, d=d, input_scale=s) for s in config.input_scales]
 
 
 def gradient_path(job, config):
@@ -270,7 +270,7 @@ def peers(X, W, dY, torch=None):
     Q, K, V, Yb = (np.empty((T, d), dtype=X.dtype) for _ in range(4))
     S = np.empty((T, T), dtype=X.dtype)
 
-    def gemm_forward():      # on the BLAS the kernel uses (see harness._blas)
+    def gemm_forward():      # on the BLAS the kernel uses (see harness.kernels.blas)
         matmul(X, Wq, Q)
         matmul(X, Wk, K)
         matmul(X, Wv, V)
@@ -347,13 +347,24 @@ def compare_target(batch, direction, T, d):
 
 FAMILY = Family(
     name="attention", title="attention",
-    forward=attention.forward, backward=backward_from, primary=lambda out: out[0],
-    reference_forward=traced_forward, trace_weights=trace_weights, macs=macs,
-    lesson_parts=("grid", "mix"), inputs=inputs, trace_memory_bytes=trace_memory_bytes,
-    timed=TIMED, decay_jobs=decay_jobs, gradient_path=gradient_path, path_summary=path_summary,
-    path_memory=path_memory, peers=peers, compare_target=compare_target,
-    grid_elements=lambda T, batch: batch * T * T,       # A, (B, T, T): kept for the backward
-    kernels=(Kernel("tiled", tiled_forward, backward_from, tiled_peers,
-                    lambda batch, direction, T, d: (1.0, None, "at least as fast as the fastest peer"),
-                    directions=("forward", "forward+backward")),),
+    kernels=Kernels(forward=attention.forward, backward=backward_from, primary=lambda out: out[0],
+                    inputs=inputs,
+                    grid_elements=lambda T, batch: batch * T * T),   # A, (B, T, T): kept for the backward
+    tracing=Tracing(weights=trace_weights,
+                    forms=(Form("attention", traced_forward, macs, trace_memory_bytes),),
+                    lesson_parts=("grid", "mix")),
+    timed=TIMED,
+    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
+                      memory=path_memory, flops=path_flops),
+    compared=(
+        Compared("default", attention.forward, backward_from, peers, compare_target,
+                 cases=tuple((1, T, d) for T in (128, 512, 2048) for d in (64, 256)),
+                 quick_cases=((1, 16, 8),)),
+        Compared("tiled", tiled_forward, backward_from, tiled_peers,
+                 lambda batch, direction, T, d: (1.0, None, "at least as fast as the fastest peer"),
+                 directions=("forward", "forward+backward"),
+                 quick_cases=((1, 37, 8),),
+                 # where the question is asked today: T x T would not fit, or barely
+                 long_cases=tuple((1, T, d) for T in (4096, 8192, 16384, 32768) for d in (64, 256))),
+    ),
 )

@@ -1,6 +1,6 @@
 """The linear recurrence family (LRU): h_t = lam * h_{t-1} + B x_t, lam diagonal.
 
-Kernels in ``harness.lru``; here, what the analysers need: two plain NumPy
+Kernels in ``harness.kernels.lru``; here, what the analysers need: two plain NumPy
 forwards for the tracer (the step loop, and the same recurrence as a parallel
 scan written with array ops), their counts (the input products T d_h d_in; the
 loop's T d_h products lam * h, the scan's about 2 T d_h), its inputs from the
@@ -21,11 +21,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness import lru, trace
-from harness._fit import fit_rate
-from harness._validate import check_int, check_real, check_seed
-from harness.config import LRU
-from harness.models import Family, Form, Variant
+from harness.kernels import lru
+from harness.analysis import trace
+from harness.infra.stats import fit_rate
+from harness.infra.validate import check_int, check_real, check_seed
+from harness.infra.config import LRU
+from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
+                            path_frame, path_options)
 
 LN10 = math.log(10.0)
 
@@ -166,7 +168,7 @@ def _method(name):
 TIMED = (
     Variant("lru", _timed_inputs, lru.forward, lambda T, d: sum(macs(T, d).values()), _timed_bytes),
     # about 2T combines each (the exact count is scan_macs'; these stay linear in T, as
-    # harness.walltime's crossover expects of every count)
+    # harness.analysis.walltime's crossover expects of every count)
     Variant("lru-scan", _timed_inputs, _method("blelloch"), lambda T, d: T * d * d + 2 * T * d,
             _timed_bytes),
     Variant("lru-chunked", _timed_inputs, _method("chunked"), lambda T, d: T * d * d + 2 * T * d,
@@ -230,23 +232,22 @@ def lru_decay(T=256, d=32, r_max=LRU.r_max, r_min=None, max_phase=LRU.max_phase,
     k = np.arange(1, T)
     ln = lru_gradient_norms(lam, T, log_range)
     theory = k * math.log10(sigma)
-    return pd.DataFrame({
-        "model": FAMILY.name, "weight": "ring", "activation": "identity", "rho": float(r_max),
-        "input_scale": np.nan, "T": T, "d": d, "seed": seed, "sigma_max": sigma,
-        "distance": k, "log10_norm": ln / LN10, "log10_probe": np.nan, "log10_spectral": ln / LN10,
-        "log10_linear": theory, "log10_bound": theory,
-        "log10_value": np.nan, "log10_score": np.nan,
-        "norm_measure": "spectral",                  # max_i |G_i|: exact for a diagonal Jacobian
-    })
+    return path_frame("lru", k, weight="ring", activation="identity", rho=float(r_max),
+                      T=T, d=d, seed=seed, sigma_max=sigma,
+                      log10_norm=ln / LN10, log10_spectral=ln / LN10,
+                      log10_linear=theory, log10_bound=theory,
+                      norm_measure="spectral")   # max_i |G_i|: exact for a diagonal Jacobian
 
 
 def decay_jobs(config, T, d):
     """One ring [r, r] per radius r of ``LruConfig.decay_r_maxes``."""
-    return [dict(model=FAMILY.name, T=T, d=d, r_max=r) for r in LRU.decay_r_maxes]
+    return [dict(model="lru", T=T, d=d, r_max=r) for r in path_options(config, "lru").decay_r_maxes]
 
 
 def gradient_path(job, config):
-    return lru_decay(T=job["T"], d=job["d"], r_max=job["r_max"], seed=config.seed)
+    o = path_options(config, "lru")
+    return lru_decay(T=job["T"], d=job["d"], r_max=job["r_max"], seed=config.seed,
+                     max_phase=o.max_phase, log_range=o.log_range)
 
 
 def path_summary(g, fit_from):
@@ -262,6 +263,12 @@ def path_summary(g, fit_from):
 
 def path_memory(T, d, config):
     return {"LRU backward segments": 8 * T * d * 16 + 2 * d * d * 16}
+
+
+def path_flops(T, d, config):
+    """Roughly: the backward's complex products by B = I (8 T d^2 real multiply-adds) and the
+    ring's draw."""
+    return 8 * T * d * d + 10 * d
 
 
 # ------------------------------------------------------------------ peers
@@ -411,7 +418,7 @@ def chunked_scaling(config=LRU, seed=0):
     """
     from scipy.stats import bootstrap
 
-    from harness import machine, timing
+    from harness.infra import machine, timing
     X, (lam, B) = inputs(config.scaling_T, config.scaling_d, 1, config.scaling_dtype, seed)
 
     def call(n):
@@ -443,11 +450,16 @@ def chunked_scaling(config=LRU, seed=0):
 
 FAMILY = Family(
     name="lru", title="linear recurrence (LRU)",
-    forward=lru.forward, backward=backward_from, primary=primary,
-    reference_forward=loop_forward, trace_weights=trace_weights, macs=macs,
-    lesson_parts=("recurrence", "input"), inputs=inputs, trace_memory_bytes=trace_memory_bytes,
-    timed=TIMED, decay_jobs=decay_jobs, gradient_path=gradient_path, path_summary=path_summary,
-    path_memory=path_memory, peers=peers, compare_target=compare_target,
-    forms=(Form("lru-scan", scan_forward, scan_macs, scan_trace_memory_bytes),),
+    kernels=Kernels(forward=lru.forward, backward=backward_from, primary=primary, inputs=inputs),
+    tracing=Tracing(weights=trace_weights,
+                    forms=(Form("lru", loop_forward, macs, trace_memory_bytes),
+                           Form("lru-scan", scan_forward, scan_macs, scan_trace_memory_bytes)),
+                    lesson_parts=("recurrence", "input")),
+    timed=TIMED,
+    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
+                      memory=path_memory, flops=path_flops, options=LRU),
+    compared=(Compared("default", lru.forward, backward_from, peers, compare_target,
+                       cases=((1, 1000, 64), (32, 1000, 64), (1, 2 ** 16, 64)),
+                       quick_cases=((1, 16, 8), (3, 16, 8))),),
     scaling=chunked_scaling,
 )

@@ -1,7 +1,7 @@
 """The RNN family: h_t = phi(W_hh h_{t-1} + W_xh x_t), T dependent steps.
 
-Kernels in ``harness.rnn``; the plain NumPy forward the tracer runs in
-``harness.reference``; here, everything the analysers need to know about it:
+Kernels in ``harness.kernels.rnn``; the plain NumPy forward the tracer runs in
+``harness.models.reference``; here, everything the analysers need to know about it:
 the lessons' counts (T d_h d_in + T d_h^2 multiplications), its inputs, the
 variant that is timed, and its gradient path,
 
@@ -21,12 +21,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness import _jacobian, reference, rnn, trace
-from harness._fit import fit_rate
-from harness._validate import (as_float_array, check_choice, check_int, check_memory,
+from harness.kernels import jacobian, rnn
+from harness.models import reference
+from harness.analysis import trace
+from harness.infra.stats import fit_rate
+from harness.infra.validate import (as_float_array, check_choice, check_int, check_memory,
                                check_positive, check_real, check_seed)
-from harness.config import ACTIVATIONS, DECAY, MEASURES, WEIGHTS
-from harness.models import Family, Variant
+from harness.infra.config import ACTIVATIONS, DECAY, MEASURES, WEIGHTS
+from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
+                            path_frame)
 
 LN10 = math.log(10.0)
 PROBE_SEED = 12345      # the fixed random probe u of the loss u.h_T, the same in every measure
@@ -151,10 +154,10 @@ def scaled_derivatives(X, W_xh, W_hh, activation, ln_scale=0.0):
 
 
 def probe_backward(W_hh, u, S, m):
-    """(V, L): dl/dh_t = exp(L[t]) V[t] for the loss u.h_T (see ``_jacobian.probe_backward``)."""
+    """(V, L): dl/dh_t = exp(L[t]) V[t] for the loss u.h_T (see ``jacobian.probe_backward``)."""
     T, d_h = S.shape
     V, L = np.empty((T, d_h)), np.empty(T)
-    _jacobian.probe_backward(np.ascontiguousarray(W_hh.T), u, S, m, V, L)
+    jacobian.probe_backward(np.ascontiguousarray(W_hh.T), u, S, m, V, L)
     return V, L
 
 
@@ -211,7 +214,7 @@ def _gradient_norms(X, W_xh, W_unit, ln_rho, activation, measure, u):
     if measure in ("both", "exact"):
         check_memory((T - 1) * d_h * d_h * 8 * 2, f"the exact Jacobian product (T={T}, d_h={d_h})")
         P, logs = np.empty((T - 1, d_h, d_h)), np.empty(T - 1)
-        _jacobian.jacobian_products(W_hh, S, m, P, logs)
+        jacobian.jacobian_products(W_hh, S, m, P, logs)
         with np.errstate(divide="ignore"):
             out["ln_spectral"] = logs + np.log(np.linalg.svd(P, compute_uv=False)[:, 0])
             out["ln_probe_from_product"] = logs + np.log(np.linalg.norm(u @ P, axis=-1))
@@ -254,25 +257,23 @@ def rnn_decay(T=256, d=32, rho=0.9, weight="orthogonal", activation="tanh", inpu
         sigma_max = math.inf
     k = r["distance"].astype(np.float64)
     ln_norm = r["ln_spectral"] if measure != "probe" else r["ln_probe"]
-    return pd.DataFrame({
-        "model": FAMILY.name, "weight": weight, "activation": activation, "rho": float(rho),
-        "input_scale": float(input_scale), "T": T, "d": d, "seed": seed,
-        "sigma_max": sigma_max, "distance": r["distance"],
-        "log10_norm": ln_norm / LN10,
-        "log10_probe": r["ln_probe"] / LN10,
-        "log10_spectral": r["ln_spectral"] / LN10,
-        "log10_linear": k * math.log10(rho),
-        "log10_bound": k * log10_sigma,              # gamma = 1: |tanh'| <= 1
-        "log10_value": np.nan, "log10_score": np.nan,
+    return path_frame(
+        "rnn", r["distance"], weight=weight, activation=activation, rho=float(rho),
+        input_scale=float(input_scale), T=T, d=d, seed=seed, sigma_max=sigma_max,
+        log10_norm=ln_norm / LN10,
+        log10_probe=r["ln_probe"] / LN10,
+        log10_spectral=r["ln_spectral"] / LN10,
+        log10_linear=k * math.log10(rho),
+        log10_bound=k * log10_sigma,                 # gamma = 1: |tanh'| <= 1
         # which norm log10_norm is: the exact spectral norm, or the probe (a lower bound) where
         # the O(T d^3) product was skipped (d > exact_max_d, or measure="probe")
-        "norm_measure": "spectral" if measure != "probe" else "probe",
-    })
+        norm_measure="spectral" if measure != "probe" else "probe",
+    )
 
 
 def decay_jobs(config, T, d):
     """Every (weight, activation, input scale, rho) of the sweep at one (T, d)."""
-    return [dict(model=FAMILY.name, T=T, d=d, rho=rho, weight=weight, activation=activation,
+    return [dict(model="rnn", T=T, d=d, rho=rho, weight=weight, activation=activation,
                  input_scale=s)
             for weight in config.weights for activation in config.activations
             for s in config.input_scales for rho in config.rhos]
@@ -325,7 +326,7 @@ def path_memory(T, d, config):
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dH, torch=None):
-    """The NumPy step loop of ``harness.reference`` and, with PyTorch, ``torch.nn.RNN`` + autograd;
+    """The NumPy step loop of ``harness.models.reference`` and, with PyTorch, ``torch.nn.RNN`` + autograd;
     and the kernels' BLAS calls alone (``gemm``), the floor their overhead is measured against."""
     W_xh, W_hh = W
     H = rnn.forward(X, W_xh, W_hh)
@@ -377,9 +378,15 @@ def compare_target(batch, direction, T, d):
 
 FAMILY = Family(
     name="rnn", title="RNN",
-    forward=rnn.forward, backward=backward_from, primary=lambda H: H,
-    reference_forward=traced_forward, trace_weights=trace_weights, macs=macs,
-    lesson_parts=("recurrence", "input"), inputs=inputs, trace_memory_bytes=trace_memory_bytes,
-    timed=TIMED, decay_jobs=decay_jobs, gradient_path=gradient_path, path_summary=path_summary,
-    path_memory=path_memory, peers=peers, compare_target=compare_target,
+    kernels=Kernels(forward=rnn.forward, backward=backward_from, primary=lambda H: H, inputs=inputs),
+    tracing=Tracing(weights=trace_weights,
+                    forms=(Form("rnn", traced_forward, macs, trace_memory_bytes),),
+                    lesson_parts=("recurrence", "input")),
+    timed=TIMED,
+    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
+                      memory=path_memory, flops=path_flops),
+    compared=(Compared("default", rnn.forward, backward_from, peers, compare_target,
+                       cases=((1, 1000, 64), (1, 1000, 256), (1, 1000, 512),
+                              (32, 1000, 64), (32, 1000, 256)),
+                       quick_cases=((1, 16, 8), (3, 16, 8))),),
 )

@@ -2,7 +2,7 @@
 
 Every registered family's timed variants (``Family.timed``: the RNN; attention on
 Q = K = V = X, grid and mix only, the lessons' comparison; attention with its
-three projections) are timed at each T by ``harness.timing``'s one policy, in
+three projections) are timed at each T by ``harness.infra.timing``'s one policy, in
 interleaved rounds, so that a change of machine load hits every variant alike.
 The counted crossover comes from the families' closed-form counts; the measured
 one from where a variant's time overtakes the baseline's.
@@ -15,9 +15,10 @@ import os
 import numpy as np
 import pandas as pd
 
-from harness import models, timing
-from harness._fit import log_crossing, power_law, quadratic_crossing
-from harness.config import WallConfig
+from harness import models
+from harness.infra import timing
+from harness.infra.stats import log_crossing, power_law, quadratic_crossing
+from harness.infra.config import WallConfig
 
 
 DEFAULT = WallConfig()
@@ -40,7 +41,7 @@ def _calls(T, d, seed, dtype=np.float64):
 
 
 def measure_wall_times(config=DEFAULT, T_values=None):
-    """Wall time of every timed variant over T, in interleaved rounds (``harness.timing``).
+    """Wall time of every timed variant over T, in interleaved rounds (``harness.infra.timing``).
 
     One row per (model, T): threads, ``seconds`` (the median of ``config.rounds`` rounds) with
     ``seconds_lo`` / ``seconds_hi`` (its 95 % bootstrap interval), seconds per step and MAC
@@ -48,7 +49,7 @@ def measure_wall_times(config=DEFAULT, T_values=None):
     ``frame.attrs["samples"]`` (model, T, d, round, seconds) for the intervals of what is
     derived from them (``measured_crossover``, ``fit_exponents``).
     """
-    from harness import machine
+    from harness.infra import machine
     T_values = config.T_values if T_values is None else T_values
     variants = models.variants()
     rows, long = {}, []
@@ -82,8 +83,8 @@ def matmul_rates(d, config=DEFAULT, T=None):
     own microbenchmark at width d: ``gemm`` the grid's (T x d) @ (d x T), ``gemv`` the
     recurrence's T dependent (d x d) @ (d,) steps. T defaults to 2d, past the counted crossover.
     Returns {"gemm_gmacs": ..., "gemv_gmacs": ...} with their 95 % intervals (``_lo``, ``_hi``)."""
-    from harness import machine
-    from harness._blas import gemv_steps, matmul
+    from harness.infra import machine
+    from harness.kernels.blas import gemv_steps, matmul
     T = 2 * d if T is None else T
     rng = np.random.default_rng(config.seed)
     Q, K = rng.standard_normal((T, d)), rng.standard_normal((d, T))
@@ -227,7 +228,7 @@ def fit_exponents(times, min_T=DEFAULT.fit_min_T, resamples=timing.RESAMPLES):
 
 def strong_scaling(config=DEFAULT, thread_counts=None):
     """Every variant at fixed (scaling_T, d) on 1..nproc threads (BLAS and Numba set together)."""
-    from harness import machine
+    from harness.infra import machine
     thread_counts = thread_counts or tuple(range(1, (os.cpu_count() or 1) + 1))
     T, d = config.scaling_T, config.d
     rows = []

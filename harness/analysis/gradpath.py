@@ -21,18 +21,18 @@ import numpy as np
 import pandas as pd
 
 from harness import models
-from harness._validate import (available_memory_bytes, check_choice, check_int, check_positive,
+from harness.infra.validate import (available_memory_bytes, check_choice, check_int, check_positive,
                                check_real, check_seed, check_sequence)
-from harness.config import ACTIVATIONS, MEASURES, WEIGHTS, DecayConfig
+from harness.infra.config import ACTIVATIONS, MEASURES, WEIGHTS, DecayConfig
 
 
-DEFAULT = DecayConfig()      # every default lives in harness.config
+DEFAULT = DecayConfig()      # every default lives in harness.infra.config
 
 # summary columns, in order: the configuration, then what is fitted and its theory
-KEYS = ["model", "weight", "activation", "rho", "input_scale", "T", "d", "seed"]
+KEYS = list(models.PATH_KEYS)
 SUMMARY = KEYS + ["ln_rate", "sigma_max", "ln_rate_probe", "ln_rate_theory", "ln_rate_bound",
                   "bound_respected", "log10_transient", "log10_near", "log10_far"]
-# Family.path_summary's keys -> the summary's columns, whose names say their log (ln per step)
+# GradientPath.summary's keys -> the summary's columns, whose names say their log (ln per step)
 RENAME = {"fitted_rate": "ln_rate", "fitted_rate_probe": "ln_rate_probe",
           "theory_rate": "ln_rate_theory", "bound_rate": "ln_rate_bound"}
 
@@ -42,7 +42,7 @@ def summarise(frame, fit_from=DEFAULT.fit_from):
 
     ``ln_rate``: slope of ln ||.|| against k (on k >= fit_from*(T-1) where the
     family has transients); ``ln_rate_theory``, ``ln_rate_bound``, ``bound_respected`` and
-    ``log10_transient`` as the family defines them (``Family.path_summary``);
+    ``log10_transient`` as the family defines them (``GradientPath.summary``);
     ``log10_near`` / ``log10_far``: the norm at k = 1 and k = T-1.
     """
     rows = []
@@ -51,7 +51,7 @@ def summarise(frame, fit_from=DEFAULT.fit_from):
         row = dict(zip(KEYS, key))
         row["sigma_max"] = float(g["sigma_max"].iloc[0])
         row.update({RENAME.get(k, k): v
-                    for k, v in models.get(row["model"]).path_summary(g, fit_from).items()})
+                    for k, v in models.get(row["model"]).path.summary(g, fit_from).items()})
         row["log10_near"] = float(g["log10_norm"].iloc[0])
         row["log10_far"] = float(g["log10_norm"].iloc[-1])
         rows.append(row)
@@ -61,7 +61,7 @@ def summarise(frame, fit_from=DEFAULT.fit_from):
 def sweep_configurations(config=DEFAULT):
     """The list of job dicts that ``decay_sweep`` runs, family by family at each (T, d)."""
     return [job for T in config.Ts for d in config.ds for name in config.models
-            for job in models.get(name, "models").decay_jobs(config, T, d)]
+            for job in models.get(name, "models").path.jobs(config, T, d)]
 
 
 def decay_sweep(config=DEFAULT, progress=None):
@@ -75,6 +75,12 @@ def decay_sweep(config=DEFAULT, progress=None):
     return run_sweep(config, progress)
 
 
+def measure(job, config):
+    """One job's gradient-path frame, checked against the declared ``PATH_COLUMNS``."""
+    name = job["model"]
+    return models.check_path_frame(name, models.get(name).path.measure(job, config))
+
+
 def run_sweep(config, progress=None):
     """``decay_sweep`` for a config that ``validate_config`` has already passed."""
     jobs = sweep_configurations(config)
@@ -82,7 +88,7 @@ def run_sweep(config, progress=None):
     for i, job in enumerate(jobs):
         if progress is not None:
             progress(i, len(jobs), job)
-        parts.append(models.get(job["model"]).gradient_path(job, config))
+        parts.append(measure(job, config))
     frame = pd.concat(parts, ignore_index=True)
     return frame, summarise(frame, config.fit_from)
 
@@ -91,15 +97,9 @@ FLOPS_PER_SECOND = 5e9          # a modest one-core rate: expected_seconds is a 
 
 
 def expected_seconds(config):
-    """Rough seconds of the sweep: each family module's ``path_flops`` (where it has one) at
-    FLOPS_PER_SECOND."""
-    import importlib
-    total = 0.0
-    for job in sweep_configurations(config):
-        flops = getattr(importlib.import_module(f"harness.models.{job['model']}"), "path_flops", None)
-        if flops is not None:
-            total += flops(job["T"], job["d"], config)
-    return total / FLOPS_PER_SECOND
+    """Rough seconds of the sweep: every job's ``GradientPath.flops`` at FLOPS_PER_SECOND."""
+    return sum(models.get(job["model"]).path.flops(job["T"], job["d"], config)
+               for job in sweep_configurations(config)) / FLOPS_PER_SECOND
 
 
 def stage_memory_bytes(T, d, config=DEFAULT):
@@ -109,7 +109,7 @@ def stage_memory_bytes(T, d, config=DEFAULT):
     """
     stages = {}
     for name in config.models:
-        stages.update(models.get(name, "models").path_memory(T, d, config))
+        stages.update(models.get(name, "models").path.memory(T, d, config))
     return stages
 
 
@@ -157,10 +157,10 @@ def path_levels(model, Ts, input_scales, d, config=DEFAULT):
         for s in input_scales:
             # the family's first sweep job at this (T, d), at input scale s where it has one
             # (an LRU's path does not depend on its input: its rows repeat across scales)
-            job = fam.decay_jobs(config, T, d)[0]
+            job = fam.path.jobs(config, T, d)[0]
             if "input_scale" in job:
                 job = {**job, "input_scale": s}
-            g = fam.gradient_path(job, config)
+            g = measure(job, config)
             g = g[np.isfinite(g.log10_norm)]
             rows.append({"model": model, "T": T, "d": d, "input_scale": float(s),
                          "log10_level": float(g.log10_norm.mean()),

@@ -36,13 +36,15 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import (claims, clipping, depth, gradpath, lessons, machine, models,  # noqa: E402
-                     peakmem, schedule, timing, walltime)
-from harness._fit import log_crossing  # noqa: E402
-from harness import _interrupt  # noqa: E402
-from harness._io import UsageError, atomic_write_text, check_name, remove_stale, umask  # noqa: E402
-from harness.config import QUICK_REPORT as QUICK  # noqa: E402,F401
-from harness.config import REPORT as DEFAULT  # noqa: E402
+from harness import models  # noqa: E402
+from harness.analysis import (claims, clipping, depth, gradpath, lessons, peakmem,  # noqa: E402
+                              schedule, walltime)
+from harness.infra import machine, timing  # noqa: E402
+from harness.infra.stats import log_crossing  # noqa: E402
+from harness.infra import signals  # noqa: E402
+from harness.infra.files import UsageError, atomic_write_text, check_name, remove_stale, umask  # noqa: E402
+from harness.infra.config import QUICK_REPORT as QUICK  # noqa: E402,F401
+from harness.infra.config import REPORT as DEFAULT  # noqa: E402
 from harness.models import ATTENTION as ATT  # noqa: E402
 from harness.models import PARALLEL_RECURRENCE as LRU  # noqa: E402
 from harness.models import RECURRENCE as RNN  # noqa: E402
@@ -763,7 +765,7 @@ def _lock(path):
                 pid = int(lock.read_text() or 0)
             except (OSError, ValueError):
                 pid = 0
-            if pid and _interrupt.pid_alive(pid):
+            if pid and signals.pid_alive(pid):
                 raise UsageError(f"--out: another harness report (pid {pid}) is writing "
                                  f"{str(path)!r}; wait for it or choose another folder") from None
             lock.unlink(missing_ok=True)           # left by a run killed with -9
@@ -796,7 +798,7 @@ def build_report(out, config=DEFAULT, progress=None, command="harness report"):
         try:
             _build(stage, config, progress, command)
             check_out(out)                         # still free: nothing appeared meanwhile
-            with _interrupt.deferred():            # a signal now waits for the rename
+            with signals.deferred():            # a signal now waits for the rename
                 if out.exists():
                     out.rmdir()
                 os.replace(stage, out)
@@ -810,7 +812,7 @@ def _build(stage, config, progress, command):
     started = time.perf_counter()
     sections, read = [], {}
     for key, title, frames, figs in _sections(config, progress):
-        _interrupt.checkpoint()
+        signals.checkpoint()
         for name, frame in frames.items():
             frame.to_csv(stage / f"{name}.csv", index=False)
         # captions and figures are drawn from the frames as the CSVs hold them
@@ -848,4 +850,4 @@ def _build(stage, config, progress, command):
     os.chmod(stage, 0o777 & ~umask())           # mkdtemp makes 0700
     for path in stage.iterdir():
         os.chmod(path, 0o666 & ~umask())
-    _interrupt.checkpoint()                     # a swallowed signal stops before the rename
+    signals.checkpoint()                     # a swallowed signal stops before the rename

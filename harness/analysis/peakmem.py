@@ -3,7 +3,7 @@
 Every timed variant (``Family.timed``: the RNN, the materialised attention with
 and without projections, the tiled attention, the linear recurrence's loop, scan
 and chunked scan) runs at each T in a process of its own, started for it
-(``python -m harness.peakmem``), so that nothing another variant allocated is
+(``python -m harness.analysis.peakmem``), so that nothing another variant allocated is
 still resident. Before each call the process resets its resident high-water
 mark (Linux: ``/proc/self/clear_refs``), reads its resident size, calls the
 variant once and reads the high-water mark again: ``peak_bytes`` is what the call
@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from harness import models
-from harness._validate import check_int, check_sequence
-from harness.config import MemoryConfig
+from harness.infra.validate import check_int, check_sequence
+from harness.infra.config import MemoryConfig
 
 DEFAULT = MemoryConfig()
 CLEAR_REFS = "/proc/self/clear_refs"
@@ -68,7 +68,7 @@ def measure_here(variant, T_values, d, dtype, seed=0):
 
 
 def _child_argv(job):
-    return [sys.executable, "-m", "harness.peakmem", job]
+    return [sys.executable, "-m", "harness.analysis.peakmem", job]
 
 
 def measure(config=DEFAULT, variants=None):

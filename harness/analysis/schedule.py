@@ -1,7 +1,7 @@
 """Scheduling the traced computation on P processors: task graphs, a greedy list
 schedule, and Brent's bounds.
 
-A traced forward (``harness.depth.trace_model``) is cut into tasks at one of two
+A traced forward (``harness.analysis.depth.trace_model``) is cut into tasks at one of two
 grains: ``scalar`` (each multiply, add, compare or exp is a unit task; a sum of n
 terms a balanced tree of ceil(log2 n) levels) or ``element`` (one processor
 computes a whole output element; a dot product of k terms takes k steps). The
@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from harness import _greedy, depth, models
-from harness._validate import check_int
-from harness.config import GRAINS, ScheduleConfig
+from harness.kernels import greedy
+from harness.analysis import depth
+from harness import models
+from harness.infra.validate import check_int
+from harness.infra.config import GRAINS, ScheduleConfig
 
 DEFAULT = ScheduleConfig()
 
@@ -80,7 +82,7 @@ def task_graph(tr, grain="scalar"):
     succ_idx = np.ascontiguousarray(e[:, 1])
     indeg = np.bincount(e[:, 1], minlength=n).astype(np.int64)
     finish, prio = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    _greedy.span_and_priority(level_ptr, succ_ptr, succ_idx, finish, prio)
+    greedy.span_and_priority(level_ptr, succ_ptr, succ_idx, finish, prio)
     return TaskGraph(grain, level_ptr, level_size, succ_ptr, succ_idx, indeg, prio,
                      int(level_size.sum()), int(finish.max()) if n else 0)
 
@@ -103,7 +105,7 @@ def schedule(model, T, d, processors=None, grain="scalar", tr=None):
     counts = np.zeros(3, np.int64)                 # steps, busy processor-steps, tasks done
     for P in processors:
         P = check_int("P", P)
-        _greedy.greedy_schedule(tg.level_ptr, tg.level_size, tg.succ_ptr, tg.succ_idx,
+        greedy.greedy_schedule(tg.level_ptr, tg.level_size, tg.succ_ptr, tg.succ_idx,
                                 tg.indeg, tg.prio, P, counts)
         steps, busy, done = (int(c) for c in counts)
         if busy != tg.work or done != len(tg.indeg):

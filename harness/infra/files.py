@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness import _interrupt
+from harness.infra import signals
 
 STAGING_PREFIX = ".harness-staging-"
 
@@ -67,7 +67,7 @@ def remove_stale(folder, pattern):
         return
     for p in entries:
         m = re.fullmatch(pattern, p.name)
-        if m and not _interrupt.pid_alive(int(m.group(1))):
+        if m and not signals.pid_alive(int(m.group(1))):
             shutil.rmtree(p, ignore_errors=True)
 
 
@@ -118,11 +118,11 @@ class OutputSet:
         self.write_text(name, frame.to_csv(index=False))
 
     def commit(self):
-        _interrupt.checkpoint()                  # a swallowed signal stops here, before any move
+        signals.checkpoint()                  # a swallowed signal stops here, before any move
         old = self.stage / ".old"
         old.mkdir()
         moved = []
-        with _interrupt.deferred():
+        with signals.deferred():
             try:
                 for name in self.names:
                     dest = self.folder / name

@@ -10,9 +10,9 @@ analysis needs, and every operation on it appends one node to a ``Graph``:
 * per element, the fewest operations from input position 1 (``dist``) and the
   scalar-level depth with reductions as balanced trees (``sdepth``).
 
-So the graph is the computation that ran (``harness.reference``), not a graph
+So the graph is the computation that ran (``harness.models.reference``), not a graph
 typed beside it. Supported: ``@``, ``+``, ``-``, ``*``, ``/``, unary ``-``,
-``np.tanh``, ``np.exp``, ``.max``/``.sum`` over the last axis, ``.T``,
+``np.tanh``, ``np.exp``, ``scipy.special.expit`` (sigmoid), ``.max``/``.sum`` over the last axis, ``.T``,
 indexing and slicing (with steps), ``.reshape``, ``np.stack``,
 ``np.concatenate``, ``np.swapaxes`` and ``np.where``. Anything else raises
 TypeError naming the operation, so an untraceable forward fails loudly.
@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.special import expit
 
 _INF = np.float32(np.inf)
 
@@ -117,7 +118,7 @@ class Graph:
             for x in (a, b):
                 if isinstance(x, Traced) and x.part is not None:
                     return x.part
-            return kind
+            return kind             # a gate times a state (the gated recurrences' f * c)
         if kind != "matmul":
             return kind
         for x in (a, b):
@@ -325,7 +326,7 @@ class Traced:
     def __rmatmul__(self, o): return self._matmul(o, self)
 
     _UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
-               np.negative: "neg", np.tanh: "tanh", np.exp: "exp"}
+               np.negative: "neg", np.tanh: "tanh", np.exp: "exp", expit: "sigmoid"}
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method != "__call__" or kwargs.get("out") is not None:
@@ -335,7 +336,7 @@ class Traced:
         kind = self._UFUNCS.get(ufunc)
         if kind is None:
             raise TypeError(f"trace: np.{ufunc.__name__} is not traced; the traced forward "
-                            f"may use only @ + - * / tanh exp, max/sum, indexing, reshape, stack, "
+                            f"may use only @ + - * / tanh exp sigmoid (scipy.special.expit), max/sum, indexing, reshape, stack, "
                             f"concatenate, where")
         return self._elementwise(kind, *inputs)
 

@@ -36,6 +36,8 @@ class DecayConfig:
     exact_max_d: int = 128                     # above this the exact product is skipped
     fit_from: float = 0.5                      # fit the rate on k >= fit_from*(T-1): past transients
     models: tuple = NAMES                      # the families in the sweep, registration order
+    path_options: tuple = ()                   # ((family, knobs), ...): replaces a family's own
+                                               # knobs (GradientPath.options: the LRU's radii)
 
 
 @dataclass(frozen=True)
@@ -96,13 +98,10 @@ class LessonConfig:
 @dataclass(frozen=True)
 class CompareConfig:
     """The kernels against their peers (``harness compare``)."""
-    # (family, batch, T, d), for each dtype, in this order (the benchmark issue's targets)
-    cases: tuple = (("rnn", 1, 1000, 64), ("rnn", 1, 1000, 256), ("rnn", 1, 1000, 512),
-                    ("rnn", 32, 1000, 64), ("rnn", 32, 1000, 256),
-                    ("attention", 1, 128, 64), ("attention", 1, 128, 256),
-                    ("attention", 1, 512, 64), ("attention", 1, 512, 256),
-                    ("attention", 1, 2048, 64), ("attention", 1, 2048, 256),
-                    ("lru", 1, 1000, 64), ("lru", 32, 1000, 64), ("lru", 1, 2 ** 16, 64))
+    # (family, batch, T, d[, kernel]), for each dtype, in this order; None: every registered
+    # family's own cases for ``suite`` (Compared.cases, .quick_cases or .long_cases)
+    cases: tuple | None = None
+    suite: str = "default"                 # "default", "quick" or "long"
     dtypes: tuple = ("float32", "float64")
     repeats: int = 7                       # samples per implementation; the median is kept
     min_sample_s: float = 0.02             # each sample runs enough calls to last this long
@@ -112,7 +111,7 @@ class CompareConfig:
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """Peak memory of the compiled forwards over T (``harness.peakmem``)."""
+    """Peak memory of the compiled forwards over T (``harness.analysis.peakmem``)."""
     T_values: tuple = (256, 1024, 4096, 16384)   # a float32 T x T grid is 1 GiB at the top
     d: int = 64
     dtype: str = "float32"
@@ -146,18 +145,13 @@ LESSONS = LessonConfig()
 COMPARE = CompareConfig()
 REPORT = ReportConfig()
 
-QUICK_COMPARE = CompareConfig(cases=(("rnn", 1, 16, 8), ("rnn", 3, 16, 8), ("attention", 1, 16, 8),
-                                     ("attention", 1, 37, 8, "tiled"),
-                                     ("lru", 1, 16, 8), ("lru", 3, 16, 8)),
-                              repeats=3, min_sample_s=0.001)
+QUICK_COMPARE = CompareConfig(suite="quick", repeats=3, min_sample_s=0.001)
 # ``harness compare --long``: attention's tiled kernel where the question is asked today,
 # against PyTorch's tiled SDPA and NumPy by query blocks (the attention issue's targets:
 # forward and forward+backward at least as fast, T = 4096 to 32,768, d = 64 and 256).
 # Seconds per call at the top (T = 32,768, d = 256: ~10 s forward, ~40 s both passes),
 # so one call per sample, no warm-up call, 3 rounds: about 15 minutes in all.
-LONG_COMPARE = CompareConfig(cases=tuple(("attention", 1, T, d, "tiled")
-                                         for T in (4096, 8192, 16384, 32768) for d in (64, 256)),
-                             dtypes=("float32",), repeats=3, min_sample_s=0.0)
+LONG_COMPARE = CompareConfig(suite="long", dtypes=("float32",), repeats=3, min_sample_s=0.0)
 QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=5),
                        path_T=REPORT.path_T[:-1],
                        memory=replace(REPORT.memory, T_values=REPORT.memory.T_values[:-1]))

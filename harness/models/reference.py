@@ -5,7 +5,7 @@ input product, attention as matrix products and a row softmax. They serve three
 purposes:
 
 * the NumPy peer that the compiled kernels are timed against (``harness compare``);
-* the computation that ``harness.depth`` traces into a dependency graph, which is
+* the computation that ``harness.analysis.depth`` traces into a dependency graph, which is
   why they use only ``@``, ``+``, ``-``, ``*``, ``/``, ``np.tanh``, ``np.exp``,
   ``max``/``sum`` over the last axis, indexing and ``np.stack``;
 * a second, independent implementation for the kernel tests (the tests also have
@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import expit
 
 
 def rnn_forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
@@ -128,3 +129,111 @@ def attention_backward(X, Wq, Wk, Wv, A, dY, scale=True):
     X2 = X.reshape(-1, X.shape[-1])
     dQ2, dK2, dV2 = (g.reshape(-1, g.shape[-1]) for g in (dQ, dK, dV))
     return (dQ @ Wq.T + dK @ Wk.T + dV @ Wv.T, X2.T @ dQ2, X2.T @ dK2, X2.T @ dV2)
+
+
+# ----------------------------------------------------------------------------- gated recurrences
+# Weights in PyTorch's layout: W_ih (G d_h, d_in), W_hh (G d_h, d_h), the gates stacked in
+# PyTorch's order (LSTM: i, f, g, o; GRU: r, z, n). sigmoid is scipy.special.expit, a ufunc
+# the tracer records.
+
+def lstm_forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None, c0=None):
+    """c_t = f c_{t-1} + i g, h_t = o tanh(c_t); returns (H, C), every h_t and c_t."""
+    T, d_h = X.shape[-2], W_hh.shape[1]
+    XW = X @ W_ih.T                          # (..., T, 4 d_h): the half that parallelises
+    if b_ih is not None:
+        XW = XW + (b_ih + b_hh)
+    zero = np.zeros(X.shape[:-2] + (d_h,), dtype=X.dtype)
+    h = zero if h0 is None else h0
+    c = zero if c0 is None else c0
+    states, cells = [], []
+    for t in range(T):                       # c_t needs c_{t-1}, and the gates need h_{t-1}
+        a = h @ W_hh.T + XW[..., t, :]       # (..., 4 d_h)
+        i, f = expit(a[..., :d_h]), expit(a[..., d_h:2 * d_h])
+        g, o = np.tanh(a[..., 2 * d_h:3 * d_h]), expit(a[..., 3 * d_h:])
+        c = f * c + i * g                    # the additive route: dc_t/dc_{t-1} = diag(f)
+        h = o * np.tanh(c)
+        states.append(h)
+        cells.append(c)
+    return np.stack(states, axis=-2), np.stack(cells, axis=-2)
+
+
+def lstm_backward(X, H, C, W_ih, W_hh, dH, h0=None, c0=None):
+    """BPTT of ``lstm_forward`` (no biases) as a NumPy step loop; returns (dX, dW_ih, dW_hh,
+    db, dh0, dc0), db the gradient of either bias."""
+    T, d_h = X.shape[-2], W_hh.shape[1]
+    zero = np.zeros(H.shape[:-2] + (d_h,), dtype=H.dtype)
+    h0 = zero if h0 is None else h0
+    c0 = zero if c0 is None else c0
+    H_prev = np.concatenate([h0[..., None, :], H[..., :-1, :]], axis=-2)
+    C_prev = np.concatenate([c0[..., None, :], C[..., :-1, :]], axis=-2)
+    A = X @ W_ih.T + H_prev @ W_hh.T         # (..., T, 4 d_h): the gates, recomputed at once
+    i, f = expit(A[..., :d_h]), expit(A[..., d_h:2 * d_h])
+    g, o = np.tanh(A[..., 2 * d_h:3 * d_h]), expit(A[..., 3 * d_h:])
+    tc = np.tanh(C)
+    dA = np.empty_like(A)
+    dh, dc = np.zeros_like(zero), np.zeros_like(zero)
+    for t in range(T - 1, -1, -1):
+        dh = dh + dH[..., t, :]
+        do = dh * tc[..., t, :]
+        dc = dc + dh * o[..., t, :] * (1.0 - tc[..., t, :] ** 2)
+        dA[..., t, :d_h] = dc * g[..., t, :] * i[..., t, :] * (1.0 - i[..., t, :])
+        dA[..., t, d_h:2 * d_h] = dc * C_prev[..., t, :] * f[..., t, :] * (1.0 - f[..., t, :])
+        dA[..., t, 2 * d_h:3 * d_h] = dc * i[..., t, :] * (1.0 - g[..., t, :] ** 2)
+        dA[..., t, 3 * d_h:] = do * o[..., t, :] * (1.0 - o[..., t, :])
+        dc = dc * f[..., t, :]
+        dh = dA[..., t, :] @ W_hh
+    dA2 = dA.reshape(-1, dA.shape[-1])
+    return (dA @ W_ih, dA2.T @ X.reshape(-1, X.shape[-1]), dA2.T @ H_prev.reshape(-1, d_h),
+            dA2.sum(axis=0), dh, dc)
+
+
+def gru_forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None):
+    """h_t = (1 - z) n + z h_{t-1}, n = tanh(W_in x + b_in + r (W_hn h_{t-1} + b_hn)), as
+    ``torch.nn.GRU``; returns every h_t."""
+    T, d_h = X.shape[-2], W_hh.shape[1]
+    XW = X @ W_ih.T                          # (..., T, 3 d_h)
+    if b_ih is not None:
+        XW = XW + b_ih
+    h = np.zeros(X.shape[:-2] + (d_h,), dtype=X.dtype) if h0 is None else h0
+    states = []
+    for t in range(T):
+        a = h @ W_hh.T                       # (..., 3 d_h)
+        if b_hh is not None:
+            a = a + b_hh
+        x = XW[..., t, :]
+        r = expit(x[..., :d_h] + a[..., :d_h])
+        z = expit(x[..., d_h:2 * d_h] + a[..., d_h:2 * d_h])
+        n = np.tanh(x[..., 2 * d_h:] + r * a[..., 2 * d_h:])
+        h = n + z * (h - n)                  # the additive route: z h_{t-1}
+        states.append(h)
+    return np.stack(states, axis=-2)
+
+
+def gru_backward(X, H, W_ih, W_hh, dH, h0=None):
+    """BPTT of ``gru_forward`` (no biases) as a NumPy step loop; returns (dX, dW_ih, dW_hh,
+    db_ih, db_hh, dh0)."""
+    T, d_h = X.shape[-2], W_hh.shape[1]
+    h0 = np.zeros(H.shape[:-2] + (d_h,), dtype=H.dtype) if h0 is None else h0
+    H_prev = np.concatenate([h0[..., None, :], H[..., :-1, :]], axis=-2)
+    XW, HW = X @ W_ih.T, H_prev @ W_hh.T     # (..., T, 3 d_h) each
+    r = expit(XW[..., :d_h] + HW[..., :d_h])
+    z = expit(XW[..., d_h:2 * d_h] + HW[..., d_h:2 * d_h])
+    hn = HW[..., 2 * d_h:]
+    n = np.tanh(XW[..., 2 * d_h:] + r * hn)
+    dX_gates, dH_gates = np.empty_like(XW), np.empty_like(HW)
+    dh = np.zeros_like(h0)
+    for t in range(T - 1, -1, -1):
+        dh = dh + dH[..., t, :]
+        dn = dh * (1.0 - z[..., t, :])
+        dz = dh * (H_prev[..., t, :] - n[..., t, :])
+        dan = dn * (1.0 - n[..., t, :] ** 2)
+        dr = dan * hn[..., t, :]
+        dar = dr * r[..., t, :] * (1.0 - r[..., t, :])
+        daz = dz * z[..., t, :] * (1.0 - z[..., t, :])
+        dX_gates[..., t, :] = np.concatenate([dar, daz, dan], axis=-1)
+        dH_gates[..., t, :] = np.concatenate([dar, daz, dan * r[..., t, :]], axis=-1)
+        dh = dh * z[..., t, :] + dH_gates[..., t, :] @ W_hh
+    gx = dX_gates.reshape(-1, 3 * d_h)
+    gh = dH_gates.reshape(-1, 3 * d_h)
+    return (dX_gates @ W_ih, gx.T @ X.reshape(-1, X.shape[-1]), gh.T @ H_prev.reshape(-1, d_h),
+            gx.sum(axis=0), gh.sum(axis=0), dh)

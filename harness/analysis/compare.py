@@ -1,9 +1,9 @@
 """The harness kernels against what a user would otherwise reach for.
 
 Peers, timed in this process, interleaved, with the same thread settings; each
-family declares its own (``Family.peers``):
+family declares its own (``Compared.peers``):
 
-* ``numpy``: the plain NumPy models of ``harness.reference`` (a step loop for the
+* ``numpy``: the plain NumPy models of ``harness.models.reference`` (a step loop for the
   RNN; matrix products and a vectorised softmax for attention);
 * ``torch``: ``torch.nn.RNN`` and ``scaled_dot_product_attention`` with
   projections, and autograd for the backward (left out when PyTorch is missing);
@@ -13,13 +13,13 @@ family declares its own (``Family.peers``):
   the kernel's time over it; ``ceiling_vs_fastest`` (fastest peer / floor) is the
   largest speed-up the kernel could show here, when a peer makes the same calls.
 
-A case may name a further kernel of its family (``Family.kernels``): attention's
+A case may name a further kernel of its family (``Family.compared``): attention's
 tiled kernel, at T = 4096 to 32,768 (``LONG_COMPARE``, ``harness compare --long``),
 against PyTorch's tiled SDPA and a NumPy attention that goes through the queries in
 blocks, neither of which stores the T x T weights either.
 
 Every sample is the mean of ``number`` calls; each implementation gets
-``repeats`` samples in interleaved rounds (``harness.timing``), and the median is
+``repeats`` samples in interleaved rounds (``harness.infra.timing``), and the median is
 reported. Speed is a ratio: peer time / harness time, measured side by side.
 """
 
@@ -30,8 +30,9 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from harness import machine, models, timing
-from harness.config import COMPARE as DEFAULT
+from harness.infra import machine, timing
+from harness import models
+from harness.infra.config import COMPARE as DEFAULT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +42,24 @@ class Case:
     T: int
     d: int
     dtype: str          # "float32" or "float64"
-    kernel: str = "default"   # "default" (the family's own) or a further kernel (``Family.kernels``)
+    kernel: str = "default"   # "default" (the family's own) or a further kernel (``Family.compared``)
+
+
+SUITES = {"default": "cases", "quick": "quick_cases", "long": "long_cases"}
+
+
+def registered_cases(suite="default"):
+    """(family, batch, T, d, kernel) of every registered family's compared kernels for ``suite``
+    (``Compared.cases``, ``.quick_cases`` or ``.long_cases``), in registration order."""
+    field = SUITES[suite]
+    return tuple((f.name, *c, k.name) for f in models.families() for k in f.compared
+                 for c in getattr(k, field))
 
 
 def cases(config=DEFAULT):
     """Every case of ``config``: each (family, batch, T, d[, kernel]) for each dtype."""
-    return [Case(c[0], c[1], c[2], c[3], dt, *c[4:]) for dt in config.dtypes for c in config.cases]
+    todo = registered_cases(config.suite) if config.cases is None else config.cases
+    return [Case(c[0], c[1], c[2], c[3], dt, *c[4:]) for dt in config.dtypes for c in todo]
 
 
 def _torch():
@@ -72,12 +85,12 @@ def implementations(case, seed=0):
     """
     fam = models.get(case.model)
     k = fam.kernel(case.kernel)
-    X, W = fam.inputs(case.T, case.d, case.batch, case.dtype, seed)
+    X, W = fam.kernels.inputs(case.T, case.d, case.batch, case.dtype, seed)
     out = k.forward(X, *W)
-    g = np.random.default_rng([seed, 1]).normal(size=fam.primary(out).shape).astype(case.dtype)
+    g = np.random.default_rng([seed, 1]).normal(size=fam.kernels.primary(out).shape).astype(case.dtype)
     impls = {"harness": (lambda: k.forward(X, *W),
                          lambda: k.backward(X, W, out, g),
-                         lambda: (fam.primary(k.forward(X, *W)), k.backward(X, W, out, g).dX),
+                         lambda: (fam.kernels.primary(k.forward(X, *W)), k.backward(X, W, out, g).dX),
                          lambda: k.backward(X, W, k.forward(X, *W), g))}
     impls.update(k.peers(X, W, g, _torch()))
     return impls
@@ -117,7 +130,7 @@ def run_comparison(config=DEFAULT, progress=None):
                              "ratio_to_harness": med[k] / med["harness"]})
             peers = {k: t for k, t in med.items() if k not in ("harness", "gemm")}
             fastest = min(peers, key=peers.get)
-            need, floor, words = kernel.compare_target(case.batch, direction, case.T, case.d)
+            need, floor, words = kernel.target(case.batch, direction, case.T, case.d)
             speedup, lo, hi = timing.paired_ratio(samples[fastest], samples["harness"], seed=n)
             row = {**dataclasses.asdict(case), "direction": direction,
                    "harness_s": med["harness"], "fastest_peer": fastest,

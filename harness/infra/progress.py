@@ -87,8 +87,8 @@ def warm_up_kernels(progress):
         progress.line("compiling the Numba kernels (first run only; later runs load them "
                       "from Numba's cache)")
     t0 = time.perf_counter()
-    from harness import _interrupt
-    with _interrupt.quietly():                 # a signal during compilation waits for its end
+    from harness.infra import signals
+    with signals.quietly():                 # a signal during compilation waits for its end
         _compile_everything()
     if cold:
         progress.line(f"compiled the kernels in {time.perf_counter() - t0:.1f} s")
@@ -97,19 +97,21 @@ def warm_up_kernels(progress):
 def _compile_everything():
     import numpy as np
 
-    from harness import _blas, _greedy, _jacobian, models
+    from harness.kernels import blas, greedy, jacobian
+    from harness import models
     for fam in models.families():
         for dtype in ("float32", "float64"):
             for batch in (1, 2):
-                X, W = fam.inputs(3, 2, batch, dtype)
-                out = fam.forward(X, *W)
-                fam.backward(X, W, out, fam.primary(out))
+                k = fam.kernels
+                X, W = k.inputs(3, 2, batch, dtype)
+                out = k.forward(X, *W)
+                k.backward(X, W, out, k.primary(out))
     S, m, eye = np.ones((3, 2)), np.zeros(3), np.eye(2)        # the analysers' own kernels
-    _jacobian.probe_backward(eye, np.ones(2), S, m, np.empty((3, 2)), np.empty(3))
-    _jacobian.jacobian_products(eye, S, m, np.empty((2, 2, 2)), np.empty(2))
+    jacobian.probe_backward(eye, np.ones(2), S, m, np.empty((3, 2)), np.empty(3))
+    jacobian.jacobian_products(eye, S, m, np.empty((2, 2, 2)), np.empty(2))
     ptr, none, one = np.array([0, 1]), np.zeros(0, np.int64), np.ones(1, np.int64)
-    _greedy.greedy_schedule(ptr, one, np.zeros(2, np.int64), none, np.zeros(1, np.int64), one, 1,
+    greedy.greedy_schedule(ptr, one, np.zeros(2, np.int64), none, np.zeros(1, np.int64), one, 1,
                             np.zeros(3, np.int64))
-    _greedy.span_and_priority(ptr, np.zeros(2, np.int64), none, np.zeros(1, np.int64),
+    greedy.span_and_priority(ptr, np.zeros(2, np.int64), none, np.zeros(1, np.int64),
                               np.zeros(1, np.int64))
-    _blas.gemv_steps(eye, np.ones(2), np.empty(2), 1)
+    blas.gemv_steps(eye, np.ones(2), np.empty(2), 1)

@@ -18,9 +18,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness import attention, reference
-from harness._validate import check_positive
-from harness.config import LessonConfig
+from harness.kernels import attention
+from harness.models import reference
+from harness.infra.validate import check_positive
+from harness.infra.config import LessonConfig
 
 # The six tokens of the self-attention lesson's grid.
 SENTENCE = ("las", "llaves", "del", "coche", "están", "ahí")
@@ -168,7 +169,7 @@ def additive_routes(S, H, Wsa, Wha, va, dC, nonlinearity="tanh"):
     va (d_a,), dC (T_y, d_h) = dl/dc_i. Value route: h_j as a term of each
     c_i = sum_j alpha_ij h_j; score route: h_j as an argument of
     e_ij = va . tanh(Wsa s_i + Wha h_j). Frobenius norms over (T_x, d_h), from
-    ``harness.attention.alignment_backward``.
+    ``harness.kernels.attention.alignment_backward``.
     """
     g = attention.alignment_backward(S, H, Wsa, Wha, va, dC, nonlinearity=nonlinearity)
     nv, ns = float(np.linalg.norm(g.dH_value)), float(np.linalg.norm(g.dH_score))

@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness._validate import (check_choice, check_int, check_positive, check_real, check_seed,
+from harness.infra.validate import (check_choice, check_int, check_positive, check_real, check_seed,
                                check_sequence)
-from harness.config import ClippingConfig
+from harness.infra.config import ClippingConfig
 from harness.models.rnn import (ACTIVATIONS, LN10, PROBE_SEED, WEIGHTS, probe_backward,
                                 scaled_derivatives, unit_recurrent_matrix)
 

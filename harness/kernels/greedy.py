@@ -1,6 +1,6 @@
 """Compiled kernels of the scheduler: the greedy list schedule and the levels of a task DAG.
 
-They check nothing (``harness.schedule`` builds and checks their inputs) and
+They check nothing (``harness.analysis.schedule`` builds and checks their inputs) and
 write their results into buffers the caller allocates: a Numba function that
 returns a tuple can crash the process when a signal arrives during its return
 (Numba 0.68), one that fills its arguments cannot.

@@ -7,7 +7,7 @@ The lessons' three claims, taken from the computation that runs:
 * the multiplication counts cross at T = d (RNN 2 T d^2 against the grid 2 T^2 d).
 
 ``trace_model`` runs a family's plain NumPy forward on recording arrays
-(``harness.trace``) and gets the dependency graph of the code itself; every
+(``harness.analysis.trace``) and gets the dependency graph of the code itself; every
 number below is read off that graph and checked against a closed form.
 
 Conventions, named once:
@@ -43,9 +43,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness import models, trace
-from harness._validate import available_memory_bytes, check_int
-from harness.config import DepthConfig
+from harness import models
+from harness.analysis import trace
+from harness.infra.validate import available_memory_bytes, check_int
+from harness.infra.config import DepthConfig
 
 
 DEFAULT = DepthConfig()
@@ -128,7 +129,7 @@ def trace_model(model, T, d, **widths):
     except MemoryError as e:
         raise ValueError(str(e)) from None
     t0 = time.perf_counter()
-    weights = fam.trace_weights(d, **widths)
+    weights = fam.tracing.weights(d, **widths)
     g = trace.Graph(weight_parts={name: part for name, _, _, part in weights})
     X = trace.leaf(g, "X", (T, d), ("T", "d_model"), source_row=0)   # position 1 is row 0
     W = [trace.leaf(g, name, shape, axes) for name, shape, axes, _ in weights]
@@ -165,7 +166,7 @@ def count_table(T_values, d, families=models.NAMES, traces=None):
                 m = counted.get(part, 0)
                 rows.append(dict(model=model, T=T, d=d, part=part, macs=m, flops=2 * m,
                                  closed_form=closed.get(part, 0),
-                                 in_lesson_comparison=part in fam.lesson_parts))
+                                 in_lesson_comparison=part in fam.tracing.lesson_parts))
     frame = pd.DataFrame(rows)
     bad = frame[frame.macs != frame.closed_form]
     if len(bad):
@@ -180,7 +181,7 @@ def depth_table(T_values, d, families=models.NAMES, traces=None):
         for T in T_values:
             tr = traced(traces, model, T, d)
             parts = tr.macs_by_part()
-            macs = sum(parts.get(p, 0) for p in fam.lesson_parts)
+            macs = sum(parts.get(p, 0) for p in fam.tracing.lesson_parts)
             sw, ss = tr.scalar_work, tr.scalar_span
             rows.append(dict(
                 model=model, T=T, d=d,

@@ -72,7 +72,7 @@ def attention_constant_stages(f):
 
 def counts_cross_at_d(f):
     """The traced multiplications cross where the closed forms say, T = d."""
-    from harness._fit import log_crossing
+    from harness.infra.stats import log_crossing
     w = f["work"]
     d = int(w.d.iloc[0])
     wide = w.pivot(index="T", columns="model", values="macs").sort_index()

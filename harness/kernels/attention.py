@@ -1,0 +1,768 @@
+"""Self-attention and Bahdanau's additive attention, forward and backward.
+
+Self-attention (the self-attention lesson, row-stacked X):
+
+    Q = X Wq,  K = X Wk,  V = X Wv
+    A = row-softmax(Q K^T / sqrt(d_k))       (causal: position i sees j <= i)
+    Y = A V
+
+Additive attention (the Bahdanau lesson):
+
+    p_ij = Wsa s_i + Wha h_j,  e_ij = va . tanh(p_ij),  alpha = row-softmax(e),  c_i = sum_j alpha_ij h_j
+
+Every matrix product goes to BLAS into a preallocated buffer; the T x T work that
+is not a product (the row softmax, the tanh grid) is a compiled loop that
+vectorises (see ``_vmath``). The forward keeps what the backward needs: A for
+self-attention; the alignment backward recomputes its small grid.
+
+Self-attention also has a tiled variant (``forward(..., return_weights=False)``) that
+never stores A: query tiles meet key tiles with an online softmax (a running row
+maximum and sum), and the forward keeps L, each row's log-sum-exp, from which the
+backward recomputes each tile's weights (FlashAttention's scheme, on the CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple, Optional
+
+import numpy as np
+from numba import njit
+
+from harness.infra import validate as v
+from harness.infra import workspace
+from harness.kernels.blas import matmul
+from harness.kernels.vmath import exp_shifted_inplace, row_dot, row_max, row_sum, tanh_inplace
+
+NONLINEARITIES = ("tanh", None)
+
+
+# ------------------------------------------------------------------ row softmax
+
+@njit(cache=True, error_model="numpy")
+def _softmax_rows_inplace(E, scale, causal, scratch):
+    # E (T_q, T_k) raw scores -> row-softmax(scale * E) in place; causal zeroes j > i.
+    # The row maximum is subtracted first: a constant per row changes nothing but overflow.
+    # scratch: int64 (T_k,), the bits of the powers of two in exp.
+    n_rows, n_cols = E.shape
+    for i in range(n_rows):
+        row = E[i]
+        width = min(i + 1, n_cols) if causal else n_cols
+        exp_shifted_inplace(row, width, row_max(row, width), scale, scratch)
+        inv = 1.0 / row_sum(row, width)
+        for j in range(width):
+            row[j] *= inv
+        for j in range(width, n_cols):
+            row[j] = 0.0
+
+
+# --------------------------------------------------------------- self-attention
+
+@njit(cache=True, error_model="numpy")
+def _attend_forward(Q, K, V, scale, causal, A, Y):
+    # Q, K (B, T, d_k), V (B, T, d_v) -> A (B, T, T), Y (B, T, d_v)
+    B, T, _ = Q.shape
+    scratch = np.empty(T, dtype=np.int64)
+    for b in range(B):
+        np.dot(Q[b], K[b].T, A[b])                   # every pair at once: one GEMM
+        _softmax_rows_inplace(A[b], scale, causal, scratch)
+        np.dot(A[b], V[b], Y[b])                     # the mix: a second GEMM
+
+
+@njit(cache=True, error_model="numpy")
+def _attend_backward(Q, K, V, A, dY, scale, dQ, dK, dV, dS):
+    # Reverses Y = A V, A = softmax(scale * Q K^T). dS (T, T) is scratch.
+    B, T, _ = Q.shape
+    for b in range(B):
+        np.dot(A[b].T, dY[b], dV[b])                 # dV = A^T dY
+        np.dot(dY[b], V[b].T, dS)                    # dA = dY V^T
+        Ab = A[b]
+        for i in range(T):
+            r = row_dot(dS[i], Ab[i], T)
+            for j in range(T):                       # softmax: dE_ij = A_ij (dA_ij - sum_k A_ik dA_ik)
+                dS[i, j] = Ab[i, j] * (dS[i, j] - r) * scale
+        np.dot(dS, K[b], dQ[b])                      # dQ = dE K
+        np.dot(dS.T, Q[b], dK[b])                    # dK = dE^T Q
+
+
+# The tiled kernels work on TILE_Q query rows against TILE_K key columns at a time.
+# One score tile, TILE_Q x TILE_K, is 512 KiB in float32 and 1 MiB in float64: it stays
+# in this machine's 1 MiB L2 (AMD EPYC, Zen 5: 48 KiB L1d and 1 MiB L2 per core, 32 MiB
+# L3; lscpu) between the GEMM that writes it, the exp pass and the GEMM that reads it.
+# Measured at T = 4096, one thread, 9 interleaved rounds, each tile's time paired with
+# (256, 512)'s in the same round, forward and backward, float32 and float64, d = 64 and
+# 256 (asv: bench_kernels.AttentionTiles): no tile was faster by more than 5 % (512 x 512
+# forward at d = 256 by 4-5 %, inside the rounds' spread); 64-row tiles were 5-16 %
+# slower (their GEMMs are thin), 128 x 256 5-12 % slower in the backward.
+TILE_Q, TILE_K = 256, 512
+
+
+@njit(cache=True, error_model="numpy")
+def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, Y, L, work, stats, scratch):
+    # Q, K (B, T, d_k), V (B, T, d_v) -> Y (B, T, d_v), L (B, T) = log sum_j exp(scale q_i . k_j).
+    # One query tile against each key tile in turn, with a running row maximum m and sum l
+    # (the online softmax): when m grows, what was summed so far is rescaled by
+    # exp(scale (m_old - m_new)). Causal: key tiles past the query tile are never visited.
+    # work (tile_q tile_k + 2 tile_q d_v,) in Q's dtype; stats float64 (3 tile_q,);
+    # scratch int64 (tile_k,).
+    B, T, _ = Q.shape
+    d_v = V.shape[2]
+    n_s = tile_q * tile_k
+    S_all = work[:n_s]
+    PV = work[n_s:n_s + tile_q * d_v].reshape(tile_q, d_v)
+    acc = work[n_s + tile_q * d_v:n_s + 2 * tile_q * d_v].reshape(tile_q, d_v)
+    m, l, corr = stats[:tile_q], stats[tile_q:2 * tile_q], stats[2 * tile_q:3 * tile_q]
+    for b in range(B):
+        for i0 in range(0, T, tile_q):
+            i1 = min(i0 + tile_q, T)
+            bq = i1 - i0
+            m[:] = -np.inf
+            l[:] = 0.0
+            acc[:] = 0.0
+            for j0 in range(0, i1 if causal else T, tile_k):
+                j1 = min(j0 + tile_k, i1 if causal else T)
+                bk = j1 - j0
+                S = S_all[:bq * bk].reshape(bq, bk)
+                np.dot(Q[b, i0:i1], K[b, j0:j1].T, S)                 # (bq, bk) scores
+                for r in range(bq):
+                    row = S[r]
+                    w = min(bk, i0 + r + 1 - j0) if causal else bk   # columns row i0 + r sees
+                    if w <= 0:
+                        row[:] = 0.0
+                        corr[r] = 1.0
+                        continue
+                    m_new = max(m[r], row_max(row, w))
+                    corr[r] = math.exp((m[r] - m_new) * scale)       # 0 on the first tile
+                    exp_shifted_inplace(row, w, m_new, scale, scratch)
+                    row[w:] = 0.0
+                    l[r] = l[r] * corr[r] + row_sum(row, w)
+                    m[r] = m_new
+                np.dot(S, V[b, j0:j1], PV[:bq])                       # (bq, d_v)
+                for r in range(bq):
+                    c = corr[r]
+                    for k in range(d_v):
+                        acc[r, k] = acc[r, k] * c + PV[r, k]
+            for r in range(bq):
+                inv = 1.0 / l[r]
+                for k in range(d_v):
+                    Y[b, i0 + r, k] = acc[r, k] * inv
+                L[b, i0 + r] = m[r] * scale + math.log(l[r])
+
+
+@njit(cache=True, error_model="numpy")
+def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, tile_q, tile_k,
+                           dQ, dK, dV, D, work, scratch):
+    # Reverses the tiled forward one key tile j at a time (its rows of dK, dV finished in
+    # place) against every query tile i that sees it, recomputing the weights from L:
+    #   P = exp(score_scale Q_i K_j^T - L_i)       (the forward's A, tile by tile)
+    #   dV_j += P^T dY_i                           (Y = A V)
+    #   dP = dY_i V_j^T,  dS = grad_scale P (dP - D_i)   with D_i = dY_i . Y_i = sum_j P_ij dP_ij
+    #   dQ_i += dS K_j,  dK_j += dS^T Q_i           (E = scale Q K^T)
+    # Causal: query tiles that end before the key tile starts are never visited.
+    # D float64 (B, T); work (2 tile_q tile_k + tile_q d_k + tile_k max(d_k, d_v),) in Q's
+    # dtype; scratch int64 (tile_k,).
+    B, T, d_k = Q.shape
+    d_v = V.shape[2]
+    n_s = tile_q * tile_k
+    P_all, dP_all = work[:n_s], work[n_s:2 * n_s]
+    tmp_q = work[2 * n_s:2 * n_s + tile_q * d_k].reshape(tile_q, d_k)
+    tmp_k = work[2 * n_s + tile_q * d_k:2 * n_s + tile_q * d_k + tile_k * max(d_k, d_v)]
+    for b in range(B):
+        for i in range(T):
+            D[b, i] = row_dot(dY[b, i], Y[b, i], d_v)
+    dQ[:] = 0.0
+    for b in range(B):
+        for j0 in range(0, T, tile_k):
+            j1 = min(j0 + tile_k, T)
+            bk = j1 - j0
+            K_j, V_j, dK_j, dV_j = K[b, j0:j1], V[b, j0:j1], dK[b, j0:j1], dV[b, j0:j1]
+            dK_j[:] = 0.0
+            dV_j[:] = 0.0
+            tk_v = tmp_k[:bk * d_v].reshape(bk, d_v)
+            tk_k = tmp_k[:bk * d_k].reshape(bk, d_k)
+            for i0 in range((j0 // tile_q) * tile_q if causal else 0, T, tile_q):
+                i1 = min(i0 + tile_q, T)
+                bq = i1 - i0
+                Q_i, dY_i = Q[b, i0:i1], dY[b, i0:i1]
+                P = P_all[:bq * bk].reshape(bq, bk)
+                dP = dP_all[:bq * bk].reshape(bq, bk)
+                np.dot(Q_i, K_j.T, P)
+                for r in range(bq):
+                    row = P[r]
+                    w = max(0, min(bk, i0 + r + 1 - j0)) if causal else bk
+                    exp_shifted_inplace(row, w, L[b, i0 + r] / score_scale, score_scale, scratch)
+                    row[w:] = 0.0
+                np.dot(P.T, dY_i, tk_v)
+                dV_j += tk_v
+                np.dot(dY_i, V_j.T, dP)
+                for r in range(bq):
+                    Dr = D[b, i0 + r]
+                    p, g = P[r], dP[r]
+                    for c in range(bk):
+                        g[c] = p[c] * (g[c] - Dr) * grad_scale
+                np.dot(dP, K_j, tmp_q[:bq])
+                dQ[b, i0:i1] += tmp_q[:bq]
+                np.dot(dP.T, Q_i, tk_k)
+                dK_j += tk_k
+
+
+@njit(cache=True, fastmath=True)
+def _weights_defect(A, causal, tol, out):
+    # A (B, T, T) -> out = (b, i, kind) of the first row that is not a softmax row, kind
+    # 0 (none), 1 (sum off 1 by more than tol), 2 (a weight above the diagonal, causal),
+    # 3 (a negative weight). One pass over A, two loops per row that vectorise (every
+    # fastmath flag holds: A was checked finite before); returned through out, not a tuple.
+    B, T, _ = A.shape
+    out[:] = 0
+    for b in range(B):
+        for i in range(T):
+            row = A[b, i]
+            w = i + 1 if causal else T
+            total, negative, above = 0.0, 0.0, 0.0     # sums, not a min or max: they vectorise
+            for j in range(w):
+                x = np.float64(row[j])
+                total += x
+                negative += min(x, 0.0)
+            for j in range(w, T):                       # causal: exact zeros past the diagonal
+                above += abs(np.float64(row[j]))
+            kind = 3 if negative < 0.0 else 2 if above != 0.0 else 1 if abs(total - 1.0) > tol else 0
+            if kind:
+                out[0], out[1], out[2] = b, i, kind
+                return
+
+
+class AttentionGrads(NamedTuple):
+    dX: np.ndarray                  # like X
+    dWq: Optional[np.ndarray]       # (d_model, d_k), None without projections
+    dWk: Optional[np.ndarray]       # (d_model, d_k)
+    dWv: Optional[np.ndarray]       # (d_model, d_v)
+
+
+def _check_self(X, Wq, Wk, Wv, scale, causal):
+    dtype = v.common_dtype("X", X)
+    X = v.as_float_array("X", X, (2, 3))
+    d_model = X.shape[-1]
+    given = [w is not None for w in (Wq, Wk, Wv)]
+    if any(given) and not all(given):
+        raise ValueError("Wq, Wk and Wv must all be arrays or all be None (no projections); "
+                         f"got {['array' if g else 'None' for g in given]}.")
+    if all(given):
+        Wq = v.as_float_array("Wq", Wq, 2, dtype)
+        if Wq.shape[0] != d_model:
+            raise ValueError(f"Wq must have shape ({d_model}, d_k) to match X's d_model = {d_model}, "
+                             f"got {Wq.shape}.")
+        Wk = v.as_float_array("Wk", Wk, 2, dtype)
+        v.check_shape("Wk", Wk, Wq.shape)
+        Wv = v.as_float_array("Wv", Wv, 2, dtype)
+        if Wv.shape[0] != d_model:
+            raise ValueError(f"Wv must have shape ({d_model}, d_v) to match X's d_model = {d_model}, "
+                             f"got {Wv.shape}.")
+    _check_flag("scale", scale)
+    _check_flag("causal", causal)
+    return X, Wq, Wk, Wv
+
+
+def _check_flag(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
+
+
+def _grid_bytes(B, T, itemsize, n):
+    nbytes = n * B * T * T * itemsize
+    v.check_memory(nbytes, f"attention at T = {T}{f', B = {B}' if B > 1 else ''} "
+                           f"({n} T x T buffer{'s' if n > 1 else ''})")
+
+
+def tiled_bytes(B, T, d_model, d_k, d_v, itemsize, backward=False):
+    """Bytes the tiled path allocates beyond its inputs and outputs: Q, K, V (and dQ, dK, dV,
+    and Y if it is recomputed, in the backward) of B T rows, and the tiles. Nothing grows
+    like T^2."""
+    tq, tk = min(TILE_Q, T), min(TILE_K, T)
+    rows = B * T * ((2 * d_k + d_v) * 2 + d_v if backward else 2 * d_k + d_v)
+    tiles = (2 * tq * tk + tq * d_k + tk * max(d_k, d_v) if backward else tq * tk + 2 * tq * d_v)
+    parts = _PART_ROWS * d_model if backward else 0                  # dX's partial products
+    return (rows + tiles + parts) * itemsize + 8 * (B * T + 3 * tq + tk)
+
+
+# The last projections made in this thread, and copies of the inputs they were made from
+# (``workspace.keep``: ``workspace.clear`` drops them with the buffers): a backward whose
+# X and weights equal those copies, element for element, reuses them instead of redoing
+# the three GEMMs (as autograd keeps Q, K, V from the forward). At T = 512, d = 256 the
+# projections are 201 of the backward's 1,140 MFLOP.
+_KEPT = "projections"
+
+
+def _kept_projections(X3, Ws):
+    """The kept (Q, K, V) if they were made from exactly these X and weights, else None."""
+    kept = workspace.kept(_KEPT)
+    if kept is None:
+        return None
+    inputs, qkv = kept
+    if qkv is not None and all(a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
+           for a, b in zip(inputs, (X3, *Ws))):
+        return qkv
+    return None
+
+
+def _keep_projections(X3, Ws, qkv):
+    old = workspace.kept(_KEPT)
+    inputs = old[0] if old is not None else ()
+    if len(inputs) != 4 or any(a.shape != b.shape or a.dtype != b.dtype
+                               for a, b in zip(inputs, (X3, *Ws))):
+        inputs = tuple(np.empty_like(a) for a in (X3, *Ws))
+    for kept, a in zip(inputs, (X3, *Ws)):
+        np.copyto(kept, a)
+    workspace.keep(_KEPT, (inputs, qkv))
+
+
+def _project(X3, Wq, Wk, Wv, reuse=False):
+    """Q, K, V (B, T, d_k/d_v) = X Wq, X Wk, X Wv; all three are X without projections.
+
+    They are internal (never returned), so they live in reused workspace buffers. A
+    projection that overflows is a FloatingPointError naming it, not a NaN later. With
+    ``reuse``, the last projections of this thread are returned if they were made from
+    these very values of X and the weights (compared element by element).
+    """
+    if Wq is None:
+        return X3, X3, X3
+    if reuse:
+        qkv = _kept_projections(X3, (Wq, Wk, Wv))
+        if qkv is not None:
+            return qkv
+    B, T, d_model = X3.shape
+    Q, K, V = (workspace.buffer(name, (B * T, W.shape[1]), X3.dtype)
+               for name, W in (("Q", Wq), ("K", Wk), ("V", Wv)))
+    kept = workspace.kept(_KEPT)
+    if kept is not None:                          # the buffers change: nothing kept meanwhile
+        workspace.keep(_KEPT, (kept[0], None))
+    _projections(X3.reshape(B * T, d_model), Wq, Wk, Wv, Q, K, V)
+    for name, P in (("Q = X Wq", Q), ("K = X Wk", K), ("V = X Wv", V)):
+        _check_finite(name, P, "the projection")
+    qkv = Q.reshape(B, T, -1), K.reshape(B, T, -1), V.reshape(B, T, -1)
+    _keep_projections(X3, (Wq, Wk, Wv), qkv)     # only the workspace's "Q", "K", "V" hold them,
+    return qkv                                    # and only this function writes those
+
+
+def _check_finite(name, a, what):
+    """FloatingPointError naming ``name`` if ``a`` holds an inf or NaN: never a silent NaN."""
+    if not np.isfinite(a).all():
+        hint = ", or use float64" if a.dtype == np.float32 else ""
+        raise FloatingPointError(f"{what} {name} overflows {a.dtype}: the inputs are finite but "
+                                 f"too large; scale them down{hint}.")
+
+
+@njit(cache=True)
+def _projections(X2, Wq, Wk, Wv, Q, K, V):
+    # X2 (B T, d_model): one GEMM per weight over the whole batch, in one compiled call
+    np.dot(X2, Wq, Q)
+    np.dot(X2, Wk, K)
+    np.dot(X2, Wv, V)
+
+
+_PART_ROWS = 1024       # dX's partial products go through a (1024, d_model) buffer, not (B T, d_model)
+
+
+@njit(cache=True)
+def _projection_grads(X2, Wq, Wk, Wv, dQ2, dK2, dV2, dX, dWq, dWk, dWv, part):
+    # Reverses Q = X Wq, K = X Wk, V = X Wv: dX = dQ Wq^T + dK Wk^T + dV Wv^T, dW = X^T dQ ...
+    # part: (rows, d_model) scratch; dX's second and third terms are added a block at a time.
+    np.dot(dQ2, Wq.T, dX)
+    rows = part.shape[0]
+    for r0 in range(0, dX.shape[0], rows):
+        r1 = min(r0 + rows, dX.shape[0])
+        p = part[:r1 - r0]
+        np.dot(dK2[r0:r1], Wk.T, p)
+        dX[r0:r1] += p
+        np.dot(dV2[r0:r1], Wv.T, p)
+        dX[r0:r1] += p
+    np.dot(X2.T, dQ2, dWq)
+    np.dot(X2.T, dK2, dWk)
+    np.dot(X2.T, dV2, dWv)
+
+
+def _batch3(X):
+    return X if X.ndim == 3 else X[None]
+
+
+def _score_range(Q, K, factor):
+    """(Q', factor', e): Q' K^T is the scores' GEMM, factor' its scale, Q' = Q / 2^e.
+
+    |q . k| <= d_k max|Q| max|K|. Where that could overflow the dtype (X * 1e154 in float64,
+    X * 1e19 in float32), Q is divided by a power of two, exactly, and factor multiplied by
+    it: the softmax sees the same scaled scores and stays finite (the row maximum is
+    subtracted before exp). e = 0 and Q unchanged otherwise.
+    """
+    info = np.finfo(Q.dtype)
+    q = max(float(Q.max()), -float(Q.min()))
+    k = max(float(K.max()), -float(K.min()))
+    if q == 0.0 or k == 0.0:
+        return Q, factor, 0
+    log2_bound = math.log2(Q.shape[-1]) + math.log2(q) + math.log2(k)
+    e = math.ceil(log2_bound - math.log2(info.max / 16))
+    if e <= 0:
+        return Q, factor, 0
+    if math.log2(factor) + e > math.log2(info.max / 16):
+        raise FloatingPointError(
+            f"the scores q . k reach 2^{log2_bound:.0f}, beyond what {Q.dtype} can scale; "
+            f"scale X down, or use float64.")
+    return np.ldexp(Q, -e), factor * 2.0 ** e, e
+
+
+@functools.lru_cache(maxsize=256)
+def _sample_rows(T):
+    """Up to 8 rows, spread over 0..T-1, that the backward's cheap checks recompute
+    (kept per T, read-only: the same few lengths come back call after call)."""
+    rows = np.unique(np.linspace(0, T - 1, min(T, 8)).round().astype(np.int64))
+    rows.flags.writeable = False
+    return rows
+
+
+@njit(cache=True)
+def _sampled_scores(Qr, K, S):
+    # Qr (B, k, d_k) sampled queries, K (B, T, d_k) -> S (B, k, T) = Qr K^T, one GEMM each
+    for b in range(Qr.shape[0]):
+        np.dot(Qr[b], K[b].T, S[b])
+
+
+@njit(cache=True)
+def _sampled_mix(P, V, Yr):
+    # P (B, k, T) sampled weights, V (B, T, d_v) -> Yr (B, k, d_v) = P V
+    for b in range(P.shape[0]):
+        np.dot(P[b], V[b], Yr[b])
+
+
+def _check_against_forward(Qs, K, V, factor_s, causal, A=None, L=None, Y=None):
+    """ValueError naming A (or L) or Y where a sampled row disagrees with the forward redone.
+
+    Cheap (8 rows per sequence, O(T d) each, every sequence at once): it catches weights,
+    L or Y from another X, other weights, another ``scale`` or ``causal``, or a multiple of
+    them. A difference within the rounding of the scores passes, and so does anything
+    outside the sampled rows.
+    """
+    B, T, d_k = Qs.shape
+    eps = np.finfo(Qs.dtype).eps
+    slack = math.sqrt(eps)
+    rows = _sample_rows(T)
+    Qr = np.ascontiguousarray(Qs[:, rows])                                 # (B, k, d_k)
+    S = np.empty((B, rows.size, T), dtype=Qs.dtype)
+    _sampled_scores(Qr, K, S)
+    S = S.astype(np.float64)
+    if causal:
+        S[:, np.arange(T)[None, :] > rows[:, None]] = -np.inf
+    # rounding of the scaled scores: 2 d_k eps factor' |q'_i| max_j |k_j|, per sequence and row
+    k_max = np.maximum(K.max(axis=(1, 2)), -K.min(axis=(1, 2))).astype(np.float64) * math.sqrt(d_k)
+    err = 2.0 * d_k * eps * factor_s * np.linalg.norm(Qr.astype(np.float64), axis=2) * k_max[:, None]
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if L is not None:                 # scores and L minus the row maximum: no overflow
+            lse = L[:, rows]                                                 # (B, k)
+            P = np.exp((S - lse[..., None] / factor_s) * factor_s)          # (B, k, T)
+            tol = np.expm1(4 * err + 2 * eps * np.abs(lse)) + slack
+            shown = P.sum(axis=2)
+            off = np.abs(shown - 1.0)
+            name, what = "A (here L, the row log-sum-exp)", "exp(scores - L) sums to {:.6g}, not 1"
+        else:
+            P = np.exp((S - S.max(axis=2, keepdims=True)) * factor_s)
+            P /= P.sum(axis=2, keepdims=True)
+            tol = np.expm1(4 * err) + slack
+            shown = off = np.abs(A[:, rows].astype(np.float64) - P).max(axis=2)
+            name, what = "A", "it differs from the softmax recomputed from X and the weights by {:.3g}"
+        _raise_first(~(off <= tol) & np.isfinite(tol), rows, name, what, shown)   # NaN tol: unbounded
+        if Y is not None:
+            Yr = np.empty((B, rows.size, V.shape[2]), dtype=V.dtype)
+            _sampled_mix(P.astype(V.dtype), V, Yr)
+            v_max = np.maximum(V.max(axis=(1, 2)), -V.min(axis=(1, 2))).astype(np.float64)
+            tol = (np.expm1(4 * err) + slack) * np.maximum(v_max, np.finfo(np.float64).tiny)[:, None]
+            off = np.abs(Yr.astype(np.float64) - Y[:, rows]).max(axis=2)
+            _raise_first(~(off <= tol) & np.isfinite(tol), rows, "Y",
+                         "it differs from the Y recomputed from X and the weights by {:.3g}", off)
+
+
+def _raise_first(bad, rows, name, what, shown):
+    """The ValueError for the first sampled (sequence, row) marked in ``bad`` (B, k), if any."""
+    if bad.any():
+        b, n = np.argwhere(bad)[0]
+        where = f"row {rows[n]}" + ("" if bad.shape[0] == 1 else f" of sequence {b}")
+        raise ValueError(f"{name} does not match this forward: in {where}, {what.format(shown[b, n])}. "
+                         f"Pass what forward returned for these inputs, with the same scale and causal.")
+
+
+def _check_weights(A, causal):
+    """ValueError naming A unless each row is a softmax row: no negative weight, a sum of 1
+    within sqrt(eps), and (causal) nothing above the diagonal. One pass over A."""
+    out = np.zeros(3, dtype=np.int64)
+    _weights_defect(A, bool(causal), math.sqrt(np.finfo(A.dtype).eps), out)
+    b, i, kind = (int(x) for x in out)
+    if kind == 0:
+        return
+    at = f"row {i}" + (f" of sequence {b}" if A.shape[0] > 1 else "")
+    if kind == 1:
+        raise ValueError(f"A must hold attention weights (each row sums to 1), but {at} sums to "
+                         f"{row_sum(A[b, i], A.shape[2] if not causal else i + 1):.6g}. "
+                         f"Pass the A that forward returned.")
+    if kind == 2:
+        raise ValueError(f"A has weights above the diagonal in {at}, but causal=True: pass the A "
+                         f"that forward(..., causal=True) returned, or causal=False.")
+    raise ValueError(f"A must hold attention weights, but {at} has a negative weight. "
+                     f"Pass the A that forward returned.")
+
+
+def _check_lse(L, L2, dtype):
+    """ValueError naming A (as L) unless L equals the recomputed L2 within X's rounding."""
+    tol = 16 * np.finfo(dtype).eps * (1.0 + np.abs(L2))
+    off = np.abs(L - L2)
+    if not np.all(off <= tol):
+        b, i = np.unravel_index(int(np.argmax(off - tol)), off.shape)
+        at = f"row {i}" + (f" of sequence {b}" if L.shape[0] > 1 else "")
+        raise ValueError(f"A (here L, the row log-sum-exp) does not match this forward: {at} is "
+                         f"{float(L[b, i]):.9g}, recomputed {float(L2[b, i]):.9g}. Pass the L that "
+                         f"forward(..., return_weights=False) returned for these inputs, scale and causal.")
+
+
+def forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False, return_weights=True):
+    """Single-head self-attention. Returns (Y, A), or (Y, L) with ``return_weights=False``.
+
+    X is (T, d_model) or (B, T, d_model); Wq, Wk (d_model, d_k); Wv (d_model, d_v).
+    Wq = Wk = Wv = None means no projections: Q = K = V = X. Y is (..., T, d_v), in X's
+    dtype. A (..., T, T) holds the weights. With ``return_weights=False`` the weights are
+    never stored: queries and keys go through in tiles (TILE_Q x TILE_K) with an online
+    softmax, and L (..., T) is each row's log-sum-exp of the scaled scores, all that
+    ``backward`` needs to recompute them; memory grows like T, not T^2. L is float64
+    whatever X's dtype (float32 scores of X * 1e19 have a log-sum-exp beyond float32).
+
+    Finite inputs whose scores would overflow are rescaled by a power of two first, so A
+    and Y stay finite. A FloatingPointError names what cannot: a projection that overflows,
+    or an L beyond the dtype's range.
+    """
+    X, Wq, Wk, Wv = _check_self(X, Wq, Wk, Wv, scale, causal)
+    _check_flag("return_weights", return_weights)
+    X3 = _batch3(X)
+    B, T, d_model = X3.shape
+    d_k = d_model if Wq is None else Wq.shape[1]
+    d_v = d_model if Wv is None else Wv.shape[1]
+    if return_weights:
+        _grid_bytes(B, T, X.itemsize, 1)
+    else:
+        v.check_memory(tiled_bytes(B, T, d_model, d_k, d_v, X.itemsize),
+                       f"tiled attention at T = {T}{f', B = {B}' if B > 1 else ''}")
+    Q, K, V = _project(X3, Wq, Wk, Wv)
+    factor = 1.0 / math.sqrt(d_k) if scale else 1.0
+    Qs, factor_s, _ = _score_range(Q, K, factor)
+    Y = np.empty((B, T, d_v), dtype=X.dtype)
+    if return_weights:
+        second = np.empty((B, T, T), dtype=X.dtype)
+        _attend_forward(Qs, K, V, factor_s, bool(causal), second, Y)
+    else:
+        second = np.empty((B, T))                    # L: float64 whatever X's dtype
+        tq, tk = min(TILE_Q, T), min(TILE_K, T)
+        _attend_forward_tiled(Qs, K, V, factor_s, bool(causal), tq, tk, Y, second,
+                              workspace.buffer("tiles", (tq * tk + 2 * tq * d_v,), X.dtype),
+                              workspace.buffer("tile_stats", (3 * tq,), np.float64),
+                              workspace.buffer("exp_bits", (tk,), np.int64))
+        _check_finite("L", second, "the row log-sum-exp")
+    _check_finite("Y", Y, "the output")
+    if X.ndim == 2:
+        return Y[0], second[0]
+    return Y, second
+
+
+def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False, Y=None):
+    """Gradients of self-attention given the forward's A (or L) and the upstream dY.
+
+    Returns ``AttentionGrads(dX, dWq, dWk, dWv)``; without projections the weight
+    gradients are None. A is either the weights (..., T, T) or L (..., T), the row
+    log-sum-exp from ``forward(..., return_weights=False)``; given L, the weights are
+    recomputed tile by tile and nothing of size T x T is kept. ``Y``, the forward's output,
+    spares the L path a forward pass (it needs dY_i . Y_i per row); without it Y is
+    recomputed, and L checked against the recomputation. ``scale`` and ``causal`` must be
+    the forward's.
+
+    Checked, cheaply: A's rows are softmax rows (non-negative, summing to 1 within
+    sqrt(eps), zero above the diagonal when causal); and 8 rows per sequence of A (or of L,
+    and of Y when given) are recomputed from X and the weights. A ValueError names the one
+    that disagrees. Not checked: rows outside the sample, and differences within the
+    rounding of the scores (where the scores are huge, that rounding is large).
+    """
+    X, Wq, Wk, Wv = _check_self(X, Wq, Wk, Wv, scale, causal)
+    X3 = _batch3(X)
+    B, T, d_model = X3.shape
+    lead = X.shape[:-1]                              # (T,) or (B, T): shapes as the user passed them
+    d_k = d_model if Wq is None else Wq.shape[1]
+    d_v = d_model if Wv is None else Wv.shape[1]
+    weights = np.ndim(A) == X.ndim                   # else L, one value per row
+    if weights:
+        _grid_bytes(B + 1, T, X.itemsize, 1)         # A (copied if strided) and dS, before either
+    else:
+        v.check_memory(tiled_bytes(B, T, d_model, d_k, d_v, X.itemsize, backward=True),
+                       f"the tiled attention backward at T = {T}{f', B = {B}' if B > 1 else ''}")
+    # weights in X's dtype; L in either float dtype (float64 from forward), held in float64
+    A = v.as_float_array("A", A, (X.ndim, X.ndim - 1), X.dtype if weights else None)
+    if A.shape not in (lead + (T,), lead):
+        raise ValueError(f"A must have shape {lead + (T,)} (the weights) or {lead} (L, the row "
+                         f"log-sum-exp), as forward returned them, got {A.shape}.")
+    dY = v.as_float_array("dY", dY, X.ndim, X.dtype)
+    v.check_shape("dY", dY, lead + (d_v,))
+    if Y is not None:
+        Y = v.as_float_array("Y", Y, X.ndim, X.dtype)
+        v.check_shape("Y", Y, lead + (d_v,))
+        Y = _batch3(Y)
+    A = _batch3(A) if weights else A.reshape(B, T).astype(np.float64, copy=False)
+    dY = _batch3(dY)
+    Q, K, V = _project(X3, Wq, Wk, Wv, reuse=True)   # the forward's, if X and the weights are
+    factor = 1.0 / math.sqrt(d_k) if scale else 1.0
+    Qs, factor_s, e = _score_range(Q, K, factor)
+    dQ, dK, dV = (workspace.buffer(n, g.shape, g.dtype) for n, g in (("dQ", Q), ("dK", K), ("dV", V)))
+    if weights:
+        _check_weights(A, causal)
+        _check_against_forward(Qs, K, V, factor_s, causal, A=A, Y=Y)
+        dS = workspace.buffer("dS", (T, T), X.dtype)
+        _attend_backward(Q, K, V, A, dY, factor, dQ, dK, dV, dS)
+    else:
+        tq, tk = min(TILE_Q, T), min(TILE_K, T)
+        if Y is None:                                # one forward pass: Y, and L to check A against
+            Y = np.empty((B, T, d_v), dtype=X.dtype)
+            L2 = np.empty((B, T))
+            _attend_forward_tiled(Qs, K, V, factor_s, bool(causal), tq, tk, Y, L2,
+                                  workspace.buffer("tiles", (tq * tk + 2 * tq * d_v,), X.dtype),
+                                  workspace.buffer("tile_stats", (3 * tq,), np.float64),
+                                  workspace.buffer("exp_bits", (tk,), np.int64))
+            _check_lse(A, L2, X.dtype)
+        else:
+            _check_against_forward(Qs, K, V, factor_s, causal, L=A, Y=Y)
+        _attend_backward_tiled(Qs, K, V, A, Y, dY, factor_s, factor, bool(causal), tq, tk,
+                               dQ, dK, dV, workspace.buffer("D", (B, T), np.float64),
+                               workspace.buffer("tiles_bwd", (2 * tq * tk + tq * d_k
+                                                               + tk * max(d_k, d_v),), X.dtype),
+                               workspace.buffer("exp_bits", (tk,), np.int64))
+        if e:
+            dK *= dK.dtype.type(2.0 ** e)            # dK = dS^T Q, and the kernel saw Q / 2^e
+    if Wq is None:
+        dX = dQ + dK + dV                            # X plays all three roles
+        grads = AttentionGrads(dX, None, None, None)
+    else:
+        X2 = X3.reshape(B * T, d_model)
+        dQ2, dK2, dV2 = (g.reshape(B * T, -1) for g in (dQ, dK, dV))
+        dX = np.empty((B * T, d_model), dtype=X.dtype)
+        dWq, dWk, dWv = np.empty_like(Wq), np.empty_like(Wk), np.empty_like(Wv)
+        _projection_grads(X2, Wq, Wk, Wv, dQ2, dK2, dV2, dX, dWq, dWk, dWv,
+                          workspace.buffer("dX_part", (min(_PART_ROWS, B * T), d_model), dX.dtype))
+        grads = AttentionGrads(dX.reshape(B, T, d_model), dWq, dWk, dWv)
+    for name, g in zip(grads._fields, grads):
+        if g is not None:
+            _check_finite(name, g, "the gradient")
+    if X.ndim == 2:
+        grads = grads._replace(dX=grads.dX[0])
+    return grads
+
+
+# ----------------------------------------------------------- additive attention
+
+@njit(cache=True, error_model="numpy")
+def _alignment_grid(Ps, Ph, va, use_tanh, Tn, E):
+    # Ps (T_y, d_a), Ph (T_x, d_a), va (d_a,) -> Tn (T_y, T_x, d_a) = phi(p_ij), E (T_y, T_x)
+    T_y, T_x, d_a = Tn.shape
+    scratch = np.empty(T_x * d_a, dtype=np.int64)
+    for i in range(T_y):
+        Ti = Tn[i]
+        for j in range(T_x):
+            for k in range(d_a):
+                Ti[j, k] = Ps[i, k] + Ph[j, k]       # the pair's hidden pre-activation
+        if use_tanh:
+            tanh_inplace(Ti.reshape(T_x * d_a), scratch)
+        np.dot(Ti, va, E[i])                         # e_ij = va . phi(p_ij)
+
+
+@njit(cache=True, error_model="numpy")
+def _alignment_grid_backward(Tn, va, dE, use_tanh, dPs, dPh, dva):
+    # Reverses e_ij = va . phi(p_ij), p_ij = Ps_i + Ph_j. Accumulates into dPs, dPh, dva.
+    T_y, T_x, d_a = Tn.shape
+    for i in range(T_y):
+        for j in range(T_x):
+            g = dE[i, j]
+            for k in range(d_a):
+                t = Tn[i, j, k]
+                dva[k] += g * t
+                dp = g * va[k] * (1.0 - t * t) if use_tanh else g * va[k]
+                dPs[i, k] += dp
+                dPh[j, k] += dp
+
+
+class AlignmentGrads(NamedTuple):
+    dS: np.ndarray          # (T_y, d_h)
+    dH: np.ndarray          # (T_x, d_h) = dH_value + dH_score
+    dWsa: np.ndarray        # (d_a, d_h)
+    dWha: np.ndarray        # (d_a, d_h)
+    dva: np.ndarray         # (d_a,)
+    dH_value: np.ndarray    # route 1: h_j as a term of each c_i
+    dH_score: np.ndarray    # route 2: h_j as an argument of the score a(s_i, h_j)
+
+
+def _check_alignment(S, H, Wsa, Wha, va, nonlinearity):
+    v.check_choice("nonlinearity", nonlinearity, NONLINEARITIES)
+    dtype = v.common_dtype("S", S)
+    S = v.as_float_array("S", S, 2)
+    d_h = S.shape[1]
+    H = v.as_float_array("H", H, 2, dtype)
+    if H.shape[1] != d_h:
+        raise ValueError(f"H must have shape (T_x, {d_h}) to match S's d_h = {d_h}, got {H.shape}.")
+    Wsa = v.as_float_array("Wsa", Wsa, 2, dtype)
+    if Wsa.shape[1] != d_h:
+        raise ValueError(f"Wsa must have shape (d_a, {d_h}), got {Wsa.shape}.")
+    d_a = Wsa.shape[0]
+    Wha = v.as_float_array("Wha", Wha, 2, dtype)
+    v.check_shape("Wha", Wha, (d_a, d_h))
+    va = v.as_float_array("va", va, 1, dtype)
+    v.check_shape("va", va, (d_a,))
+    v.check_memory(S.shape[0] * H.shape[0] * (d_a + 2) * S.itemsize,
+                   f"the additive score grid ({S.shape[0]} x {H.shape[0]} x {d_a})")
+    return S, H, Wsa, Wha, va
+
+
+def _alignment(S, H, Wsa, Wha, va, use_tanh):
+    T_y, T_x, d_a = S.shape[0], H.shape[0], va.shape[0]
+    Ps = matmul(S, Wsa.T)                            # (T_y, d_a): one projection per step
+    Ph = matmul(H, Wha.T)                            # (T_x, d_a): one per position
+    Tn = np.empty((T_y, T_x, d_a), dtype=S.dtype)
+    alpha = np.empty((T_y, T_x), dtype=S.dtype)
+    _alignment_grid(Ps, Ph, va, use_tanh, Tn, alpha)
+    _softmax_rows_inplace(alpha, 1.0, False, np.empty(T_x, dtype=np.int64))
+    return alpha, Tn
+
+
+def alignment(S, H, Wsa, Wha, va, nonlinearity="tanh"):
+    """Bahdanau's additive alignment alpha (T_y, T_x), rows summing to 1.
+
+    S (T_y, d_h): row i is the decoder state that scores step i; H (T_x, d_h):
+    encoder states; Wsa, Wha (d_a, d_h); va (d_a,). nonlinearity=None is the
+    lesson's ablation without tanh, where every row comes out the same.
+    """
+    S, H, Wsa, Wha, va = _check_alignment(S, H, Wsa, Wha, va, nonlinearity)
+    return _alignment(S, H, Wsa, Wha, va, nonlinearity == "tanh")[0]
+
+
+def alignment_backward(S, H, Wsa, Wha, va, dC, nonlinearity="tanh"):
+    """Gradients of a loss whose gradient w.r.t. the contexts C = alpha H is dC (T_y, d_h).
+
+    Returns ``AlignmentGrads``; the gradient reaching H is also split into its two
+    routes, which sum to dH: the value route alpha^T dC and the score route
+    through the alignment model.
+    """
+    S, H, Wsa, Wha, va = _check_alignment(S, H, Wsa, Wha, va, nonlinearity)
+    dC = v.as_float_array("dC", dC, 2, S.dtype)
+    v.check_shape("dC", dC, (S.shape[0], H.shape[1]))
+    use_tanh = nonlinearity == "tanh"
+    alpha, Tn = _alignment(S, H, Wsa, Wha, va, use_tanh)
+    C = matmul(alpha, H)                             # (T_y, d_h)
+    dH_value = matmul(alpha.T, dC)                   # route 1: c_i = sum_j alpha_ij h_j
+    # dl/de_ij = alpha_ij dC_i . (h_j - c_i): a score moves by how far h_j is from the mix
+    dE = alpha * (matmul(dC, H.T) - (dC * C).sum(axis=1, keepdims=True))
+    dPs = np.zeros((S.shape[0], va.shape[0]), dtype=S.dtype)
+    dPh = np.zeros((H.shape[0], va.shape[0]), dtype=S.dtype)
+    dva = np.zeros_like(va)
+    _alignment_grid_backward(Tn, va, dE, use_tanh, dPs, dPh, dva)
+    dH_score = matmul(dPh, Wha)                      # route 2: h_j inside a(s_i, h_j)
+    return AlignmentGrads(
+        dS=matmul(dPs, Wsa), dH=dH_value + dH_score, dWsa=matmul(dPs.T, S),
+        dWha=matmul(dPh.T, H), dva=dva,
+        dH_value=dH_value, dH_score=dH_score,
+    )

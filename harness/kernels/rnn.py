@@ -1,0 +1,396 @@
+"""The vanilla RNN of the lessons, forward and full BPTT, compiled with Numba.
+
+    h_t = phi(W_hh h_{t-1} + W_xh x_t + b),    phi = tanh or the identity
+
+The input products W_xh x_t for every t are one matrix product before the loop:
+that is the half that parallelises. Only the recurrence is a loop, one BLAS
+matrix-vector (or, batched, matrix-matrix) product per step into a preallocated
+buffer, followed by a vectorised tanh (see ``_vmath``). Nothing is allocated per
+step.
+
+States stay in the caller's layout, (T, d_h) or (B, T, d_h): a batched step
+gathers its strided rows into one contiguous (B, d_h) buffer for the GEMM, which
+costs O(B d_h) per step and saves transposed copies of whole sequences (fresh
+pages are expensive here: 64 MiB first-touched costs 60 to 160 ms).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from harness.infra import validate as v
+from harness.infra import workspace
+from harness.kernels.blas import matmul
+from harness.kernels.vmath import tanh_inplace
+
+ACTIVATIONS = ("tanh", "identity")
+
+
+# --------------------------------------------------------------------------- forward
+
+@njit(cache=True, error_model="numpy")
+def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
+    # X (T, d_in), W_xh (d_h, d_in), W_hh (d_h, d_h), b (d_h,), h0 (d_h,) -> H (T, d_h)
+    T, d_h = H.shape
+    np.dot(X, W_xh.T, H)                 # H[t] = W_xh x_t for every t: one GEMM
+    for t in range(T):
+        for i in range(d_h):
+            H[t, i] += b[i]
+    scratch = np.empty(d_h, dtype=np.int64)
+    a = np.empty(d_h, dtype=H.dtype)
+    h_prev = h0
+    for t in range(T):
+        np.dot(W_hh, h_prev, a)          # a = W_hh h_{t-1}: the step that must wait
+        h = H[t]
+        for i in range(d_h):
+            h[i] += a[i]
+        if use_tanh:
+            tanh_inplace(h, scratch)
+        h_prev = h
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_batch(X, W_xh, W_hhT, b, h0, use_tanh, H):
+    # X (B, T, d_in), h0 (B, d_h) -> H (B, T, d_h), in the caller's batch-major layout:
+    # the step's rows H[:, t] are strided, so each step works in a contiguous (B, d_h) buffer.
+    # W_hhT is W_hh^T made contiguous: OpenBLAS's NN gemm beat the NT one by 7 % here
+    # (B = 32, d_h = 256, float32, one thread, median of 9 interleaved rounds)
+    B, T, d_h = H.shape
+    d_in = X.shape[2]
+    Hf = H.reshape(B * T, d_h)
+    np.dot(X.reshape(B * T, d_in), W_xh.T, Hf)   # every input product at once
+    for r in range(B * T):
+        for i in range(d_h):
+            Hf[r, i] += b[i]
+    scratch = np.empty(B * d_h, dtype=np.int64)
+    a = np.empty((B, d_h), dtype=H.dtype)
+    h = h0.copy()                                # (B, d_h): h_{t-1}, then h_t
+    for t in range(T):
+        np.dot(h, W_hhT, a)                      # (B, d_h) @ (d_h, d_h): one GEMM per step
+        for r in range(B):
+            for i in range(d_h):
+                a[r, i] += H[r, t, i]
+        if use_tanh:
+            tanh_inplace(a.reshape(B * d_h), scratch)
+        for r in range(B):
+            for i in range(d_h):
+                H[r, t, i] = a[r, i]
+        h, a = a, h                              # swap buffers: nothing allocated per step
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_batch_cols(X, W_xh, W_hh, b, h0, use_tanh, H):
+    # As _forward_batch, with the step's states as columns, (d_h, B): a = W_hh h^T. For
+    # float32, SciPy's OpenBLAS (the one Numba calls) runs (d_h, d_h) @ (d_h, B) at
+    # 108 GFLOP/s and (B, d_h) @ (d_h, d_h) at 81 (B = 32, d_h = 256, one thread); the
+    # transposed reads and writes of H's rows cost less than that difference (102 -> 94
+    # ms for B = 32, T = 1000). For float64 both forms run at 50 and the rows form stays.
+    B, T, d_h = H.shape
+    d_in = X.shape[2]
+    np.dot(X.reshape(B * T, d_in), W_xh.T, H.reshape(B * T, d_h))   # every input product at once
+    scratch = np.empty(B * d_h, dtype=np.int64)
+    a = np.empty((d_h, B), dtype=H.dtype)
+    h = np.ascontiguousarray(h0.T)               # (d_h, B): h_{t-1}, then h_t
+    for t in range(T):
+        np.dot(W_hh, h, a)                       # (d_h, d_h) @ (d_h, B): one GEMM per step
+        for i in range(d_h):
+            bi = b[i]
+            for r in range(B):
+                a[i, r] += H[r, t, i] + bi
+        if use_tanh:
+            tanh_inplace(a.reshape(B * d_h), scratch)
+        for r in range(B):
+            for i in range(d_h):
+                H[r, t, i] = a[i, r]
+        h, a = a, h
+
+
+# -------------------------------------------------------------------------- backward
+
+@njit(cache=True, error_model="numpy")
+def _backward_vec(H, M, vec_left, dH, use_tanh, dA):
+    # H, dH (T, d_h) -> dA (T, d_h), dA[t] = dl/da_t; returns dl/dh0.
+    # Reverses: h_t = phi(a_t), a_t = W_hh h_{t-1} + W_xh x_t + b.
+    # M is W_hh^T made contiguous, or W_hh itself when vec_left (da^T W_hh = (W_hh^T da)^T)
+    T, d_h = H.shape
+    carry = np.zeros(d_h, dtype=H.dtype)     # W_hh^T da_{t+1}: what h_t passes back
+    for t in range(T - 1, -1, -1):
+        da = dA[t]
+        h = H[t]
+        if use_tanh:
+            for i in range(d_h):
+                da[i] = (dH[t, i] + carry[i]) * (1.0 - h[i] * h[i])   # tanh' = 1 - h^2
+        else:
+            for i in range(d_h):
+                da[i] = dH[t, i] + carry[i]
+        if vec_left:                           # carry = W_hh^T da_t
+            np.dot(da, M, carry)
+        else:
+            np.dot(M, da, carry)
+    return carry
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_batch(H, W_hh, dH, use_tanh, dA):
+    # H, dH (B, T, d_h) batch-major -> dA (B, T, d_h); returns dl/dh0 (B, d_h)
+    B, T, d_h = H.shape
+    carry = np.zeros((B, d_h), dtype=H.dtype)
+    da = np.empty((B, d_h), dtype=H.dtype)     # the step's rows, contiguous for the GEMM
+    for t in range(T - 1, -1, -1):
+        for r in range(B):
+            if use_tanh:
+                for i in range(d_h):
+                    h = H[r, t, i]
+                    da[r, i] = (dH[r, t, i] + carry[r, i]) * (1.0 - h * h)
+            else:
+                for i in range(d_h):
+                    da[r, i] = dH[r, t, i] + carry[r, i]
+            for i in range(d_h):
+                dA[r, t, i] = da[r, i]
+        np.dot(da, W_hh, carry)                # rows: (W_hh^T da_t)^T = da_t^T W_hh
+    return carry
+
+
+# ---------------------------------------------------------------------------- public
+
+def _carry_operand(W_hh):
+    """(M, vec_left) for the backward's W_hh^T da: da @ M if vec_left, else M @ da.
+
+    OpenBLAS's two gemv kernels differ here (one thread, T = 1000 steps, in the loop):
+    float64 runs W_hh^T da fastest as (contiguous W_hh^T) @ da, 7.4 ms against 8.2 at
+    d = 256 and 47 against 52 at d = 512; float32 as da @ W_hh, 2.6 against 3.8 ms.
+    (The forward's W_hh @ h is the faster form for both.) The copy is O(d^2), once.
+    """
+    if W_hh.dtype == np.float32:
+        return W_hh, True
+    return np.ascontiguousarray(W_hh.T), False
+
+
+class RNNGrads(NamedTuple):
+    dX: np.ndarray      # like X
+    dW_xh: np.ndarray   # (d_h, d_in)
+    dW_hh: np.ndarray   # (d_h, d_h)
+    db: np.ndarray      # (d_h,)
+    dh0: np.ndarray     # like h0: (d_h,) unbatched, (B, d_h) batched
+
+
+def _check(X, W_xh, W_hh, b, h0, activation):
+    v.check_choice("activation", activation, ACTIVATIONS)
+    dtype = v.common_dtype("X", X)
+    X = v.as_float_array("X", X, (2, 3))
+    batched = X.ndim == 3
+    B = X.shape[0] if batched else 1
+    T, d_in = X.shape[-2:]
+    W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
+    d_h = W_hh.shape[0]
+    v.check_shape("W_hh", W_hh, (d_h, d_h))
+    W_xh = v.as_float_array("W_xh", W_xh, 2, dtype)
+    v.check_shape("W_xh", W_xh, (d_h, d_in))
+    if b is None:
+        b = np.zeros(d_h, dtype=dtype)
+    else:
+        b = v.as_float_array("b", b, 1, dtype)
+        v.check_shape("b", b, (d_h,))
+    if h0 is None:
+        h0 = np.zeros((B, d_h) if batched else d_h, dtype=dtype)
+    else:
+        h0 = v.as_float_array("h0", h0, (1, 2) if batched else 1, dtype)
+        if h0.ndim == 1:
+            v.check_shape("h0", h0, (d_h,))
+            if batched:
+                h0 = np.ascontiguousarray(np.broadcast_to(h0, (B, d_h)))
+        else:
+            v.check_shape("h0", h0, (B, d_h))
+    v.check_memory(2 * T * B * (d_h + d_in) * X.itemsize, "the RNN's state and input buffers")
+    return X, W_xh, W_hh, b, h0, batched
+
+
+def _check_finite(H, what):
+    """A NaN never leaves the kernel unannounced: finite inputs gave a non-finite result only if
+    the recurrence overflowed; say at which step and in which quantity."""
+    if np.isfinite(H).all():
+        return
+    bad = (~np.isfinite(H)).reshape(-1, H.shape[-2], H.shape[-1]).any(axis=-1)   # (B, T)
+    t = int(np.flatnonzero(bad.any(axis=0))[0])
+    seq = int(np.flatnonzero(bad[:, t])[0])
+    where = f" of sequence {seq}" if H.ndim == 3 else ""
+    raise FloatingPointError(
+        f"the RNN overflowed: {what} is not finite from step t={t + 1} of {H.shape[-2]}{where}, "
+        f"although every input is finite ({H.dtype} holds at most {np.finfo(H.dtype).max:.3g}). "
+        f"Scale X, W_xh or W_hh down (a spectral radius of W_hh above 1 grows like rho^t), "
+        f"or use float64.")
+
+
+def _check_states(X, H, W_xh, W_hh, h0, use_tanh):
+    """Cheap checks that H came from this forward: tanh states lie in [-1, 1], and the first two
+    steps imply the same bias b = phi^-1(h_t) - W_xh x_t - W_hh h_{t-1} (b itself is not passed)."""
+    top = float(np.abs(H).max())
+    if use_tanh and top > 1.0:
+        raise ValueError(f"H holds values up to {top:.3g} in magnitude, which tanh cannot produce: "
+                         f"was it computed with activation='identity'? Pass backward the "
+                         f"activation that forward used.")
+    T = H.shape[-2]
+    if T < 2:
+        return
+    x, h, hp = X.reshape(-1, *X.shape[-2:])[0], H.reshape(-1, *H.shape[-2:])[0], \
+        h0.reshape(-1, h0.shape[-1])[0]
+    prev = (hp, h[0])
+    with np.errstate(divide="ignore", invalid="ignore"):        # atanh(+-1): masked out below
+        a = [np.arctanh(h[t]) if use_tanh else h[t] for t in (0, 1)]
+    terms = [(W_xh @ x[t], W_hh @ prev[t]) for t in (0, 1)]
+    with np.errstate(invalid="ignore"):                           # inf - inf at atanh(+-1): masked
+        r = [a[t] - terms[t][0] - terms[t][1] for t in (0, 1)]
+        scale = sum(np.abs(a[t]) + np.abs(terms[t][0]) + np.abs(terms[t][1]) for t in (0, 1))
+    eps = np.finfo(H.dtype).eps
+    if use_tanh:                  # atanh amplifies rounding by 1 / (1 - h^2): leave saturated states out
+        ok = (np.abs(h[0]) < 0.9) & (np.abs(h[1]) < 0.9)
+        amp = 1.0 / np.maximum(1.0 - np.maximum(h[0] ** 2, h[1] ** 2), 0.19)   # 0.19 = 1 - 0.9^2
+    else:
+        ok, amp = np.ones(h.shape[-1], bool), 1.0
+    tol = 256 * eps * (scale * amp + float(np.abs(W_hh).sum(axis=1).max()) + 1.0)
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(r[0] - r[1])
+    if (ok & (gap > tol)).any():
+        raise ValueError(
+            f"H does not follow from X and h0: steps 1 and 2 imply different biases (largest "
+            f"difference {float(gap[ok].max()):.3g}). Pass backward the h0 and the activation "
+            f"that forward used (h0=None means zeros), and the H it returned for this X.")
+
+
+def _parameter_products(X, H, W_xh, h0, dA):
+    """(dX, dW_xh, dW_hh) from dA = dl/da_t: sums over steps, so GEMMs after the loop, on
+    views of the caller's layout (no transposed copies). a_t used h_{t-1}, and h_0 for t = 1."""
+    batched = X.ndim == 3
+    dA3, H3 = (dA, H) if batched else (dA[None], H[None])     # (B, T, d_h)
+    h03 = h0 if batched else h0[None]                          # (B, d_h)
+    B, T, d_h = dA3.shape
+    dW_hh = matmul(dA3[:, 0].T, h03)                           # the first step's h_0 term
+    if T > 1:
+        part = np.empty_like(dW_hh)
+        for r in range(B):                                     # one (T-1)-long GEMM per sequence
+            dW_hh += matmul(dA3[r, 1:].T, H3[r, :-1], out=part)
+    dA2 = dA.reshape(-1, d_h)                                  # (B T, d_h)
+    dW_xh = matmul(dA2.T, X.reshape(-1, X.shape[-1]))
+    dX = matmul(dA2, W_xh).reshape(X.shape)
+    return dX, dW_xh, dW_hh
+
+
+# ------------------------------------------------------------ the BLAS calls alone
+# ``harness compare`` times these beside the kernels (impl "gemm"): the same products in
+# the same shapes, on the same BLAS, with nothing else. Their time is what the kernels
+# cannot go below on this BLAS, and peer time / their time is the largest speed-up over
+# a peer that the kernels could show.
+
+@njit(cache=True)
+def _steps_blas_only(W, H, a, steps_left):
+    # one product per step, as the loops make them: W (d_h, d_h) against each step's
+    # state, a row of H (T, d_h) as a vector (steps_left: h @ W, else W @ h), or, batched,
+    # H (T, B, d_h) rows against W as (B, d_h) @ (d_h, d_h), or (T, d_h, B) columns as
+    # W @ (d_h, B).
+    for t in range(H.shape[0]):
+        if steps_left:
+            np.dot(H[t], W, a)
+        else:
+            np.dot(W, H[t], a)
+
+
+def forward_blas_only(X, W_xh, W_hh):
+    """A no-argument call that makes the products ``forward`` makes for (X, W_xh, W_hh),
+    in its shapes and forms, and nothing else."""
+    batched = X.ndim == 3
+    B, T, d_in = (X.shape if batched else (1, *X.shape))
+    d_h = W_hh.shape[0]
+    inputs = np.empty((B * T, d_h), dtype=X.dtype)
+    if not batched:
+        steps, W, a, left = np.zeros((T, d_h), X.dtype), W_hh, np.empty(d_h, X.dtype), False
+    elif X.dtype == np.float32:                  # _forward_batch_cols: W_hh @ (d_h, B)
+        steps, W, a, left = np.zeros((T, d_h, B), X.dtype), W_hh, np.empty((d_h, B), X.dtype), False
+    else:                                        # _forward_batch: (B, d_h) @ W_hh^T
+        steps, W, a, left = (np.zeros((T, B, d_h), X.dtype), np.ascontiguousarray(W_hh.T),
+                             np.empty((B, d_h), X.dtype), True)
+    X2 = X.reshape(B * T, d_in)
+
+    def call():
+        matmul(X2, W_xh.T, inputs)
+        _steps_blas_only(W, steps, a, left)
+    return call
+
+
+def backward_blas_only(X, H, W_xh, W_hh, h0=None):
+    """A no-argument call that makes the products ``backward`` makes, in its shapes and
+    forms (the loop's carry products, then dX, dW_xh and dW_hh), and nothing else."""
+    batched = X.ndim == 3
+    B, T = (X.shape[:2] if batched else (1, X.shape[0]))
+    d_h = W_hh.shape[0]
+    if h0 is None:
+        h0 = np.zeros((B, d_h) if batched else d_h, dtype=X.dtype)
+    dA = np.zeros_like(H)
+    if batched:                                  # _backward_batch: (B, d_h) @ W_hh
+        steps, W, a, left = np.zeros((T, B, d_h), X.dtype), W_hh, np.empty((B, d_h), X.dtype), True
+    else:
+        W, left = _carry_operand(W_hh)
+        steps, a = np.zeros((T, d_h), X.dtype), np.empty(d_h, X.dtype)
+
+    def call():
+        _steps_blas_only(W, steps, a, left)
+        _parameter_products(X, H, W_xh, h0, dA)
+    return call
+
+
+def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
+    """Run the RNN over every position and return every state h_1..h_T.
+
+    X is (T, d_in) or (B, T, d_in); W_xh (d_h, d_in); W_hh (d_h, d_h); b (d_h,);
+    h0 (d_h,) or (B, d_h), zeros when not given. Returns H, (T, d_h) or (B, T, d_h),
+    in X's dtype.
+    """
+    X, W_xh, W_hh, b, h0, batched = _check(X, W_xh, W_hh, b, h0, activation)
+    use_tanh = activation == "tanh"
+    d_h = W_hh.shape[0]
+    if not batched:
+        H = np.empty((X.shape[0], d_h), dtype=X.dtype)
+        _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H)
+    else:
+        H = np.empty(X.shape[:2] + (d_h,), dtype=X.dtype)
+        if X.dtype == np.float32:
+            _forward_batch_cols(X, W_xh, W_hh, b, h0, use_tanh, H)
+        else:
+            _forward_batch(X, W_xh, np.ascontiguousarray(W_hh.T), b, h0, use_tanh, H)
+    _check_finite(H, "h_t")
+    return H
+
+
+def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
+    """Full backpropagation through time from an upstream gradient dH (shaped like H).
+
+    H must be the states that ``forward`` returned for these inputs, with the same h0
+    and activation. What is checked, cheaply: tanh states lie in [-1, 1], and the
+    first two steps of H follow from X, W_hh and h0 with one bias (b is not needed
+    here). What cannot be checked: later steps, states saturated past |h| = 0.9,
+    and whether dH is the gradient meant. Returns an ``RNNGrads`` with dX, dW_xh,
+    dW_hh, db and dh0.
+    """
+    shared_h0 = h0 is not None and np.ndim(h0) == 1 and np.ndim(X) == 3
+    X, W_xh, W_hh, _, h0, batched = _check(X, W_xh, W_hh, None, h0, activation)
+    dtype = X.dtype
+    d_h = W_hh.shape[0]
+    H = v.as_float_array("H", H, X.ndim, dtype)
+    v.check_shape("H", H, X.shape[:-1] + (d_h,))
+    dH = v.as_float_array("dH", dH, X.ndim, dtype)
+    v.check_shape("dH", dH, H.shape)
+    use_tanh = activation == "tanh"
+    _check_states(X, H, W_xh, W_hh, h0, use_tanh)
+    dA = workspace.buffer("dA", H.shape, H.dtype)             # dl/da_t, shaped like H (internal)
+    if batched:
+        dh0 = _backward_batch(H, W_hh, dH, use_tanh, dA)
+    else:
+        dh0 = _backward_vec(H, *_carry_operand(W_hh), dH, use_tanh, dA)
+    dX, dW_xh, dW_hh = _parameter_products(X, H, W_xh, h0, dA)
+    db = dA.reshape(-1, d_h).sum(axis=0)
+    if shared_h0:                      # one h0 broadcast over the batch: its gradient sums
+        dh0 = dh0.sum(axis=0)
+    _check_finite(dX, "dl/dx_t")
+    return RNNGrads(dX, dW_xh, dW_hh, db, dh0)
