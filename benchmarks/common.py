@@ -131,10 +131,15 @@ def run_backward(model, X, Ws, out):
 
 
 def warm_up(model, dtype):
-    """Compile (or load from Numba's cache) every kernel a timed call will use.
-
-    Both the unbatched and the batched path, forward and backward, on tiny inputs.
-    """
+    """Compile (or load from Numba's cache) every kernel a timed call will use: the harness's
+    own warm-up of one family (``progress.warm_up_family``), or at commits without it the
+    same calls here (unbatched and batched, forward and backward, on tiny inputs)."""
+    try:
+        harness_warm_up = getattr(analyser("progress"), "warm_up_family", None)
+    except NotImplementedError:
+        harness_warm_up = None
+    if harness_warm_up is not None:
+        return harness_warm_up(family(model), (dtype,))
     for batch in (1, 2):
         X, Ws = inputs(model, 3, 2, batch, dtype)
         run_backward(model, X, Ws, run_forward(model, X, Ws))

@@ -308,6 +308,20 @@ def test_alignment_rows_sum_to_one(nonlinearity):
     np.testing.assert_allclose(alpha.sum(axis=1), 1.0, rtol=0, atol=1e-14)
 
 
+def test_alignment_overflow_is_named_never_a_nan():
+    # Encoder states times 1e200 without tanh: the scores are finite (~1e200) and alpha too,
+    # but dva = sum dE p and dWha = dPh^T H grow like |H|^2. Before: NaN and inf, silently.
+    S, H, Wsa, Wha, va = make_additive(29)
+    dC = np.random.default_rng(30).normal(size=(S.shape[0], H.shape[1]))
+    assert np.isfinite(at.alignment(S, H * 1e200, Wsa, Wha, va, nonlinearity=None)).all()
+    with pytest.raises(FloatingPointError, match=r"^the gradient dWha overflows float64"):
+        at.alignment_backward(S, H * 1e200, Wsa, Wha, va, dC, nonlinearity=None)
+    g = at.alignment_backward(S, H * 1e200, Wsa, Wha, va, dC)          # tanh: bounded, finite
+    assert all(np.isfinite(a).all() for a in g)
+    with pytest.raises(FloatingPointError, match=r"^the projection Wha h_j overflows float64"):
+        at.alignment(S, H * 1e307, Wsa, Wha * 100, va)
+
+
 # ------------------------------------------------------------ the lesson's example
 
 def _lesson():
@@ -450,6 +464,8 @@ def test_huge_finite_inputs_give_finite_weights_or_a_named_error(dtype, big, pro
         grads = at.backward(Xb, *W, A, np.ones_like(Y), causal=causal, Y=Y)
     except FloatingPointError as e:
         assert "overflows" in str(e)
+    except ValueError as e:                                  # L ~ 1e307, held to +-1e292
+        assert A.ndim == 1 and str(e).startswith("A (here L, the row log-sum-exp) is too coarse")
     else:
         assert all(np.isfinite(g).all() for g in grads if g is not None)
 

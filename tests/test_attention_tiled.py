@@ -112,6 +112,7 @@ def test_small_tiles_match_the_loop_twins(dtype, causal):
     dY = rng.normal(size=X.shape).astype(dtype)
     dQ, dK, dV = (np.empty_like(X) for _ in range(3))
     at._attend_backward_tiled(X, X, X, L, Y, dY, c, c, causal, 3, 5, dQ, dK, dV, np.empty((2, T)),
+                              np.empty((3, 2, T)), np.empty((2, T), dtype=np.int64),
                               np.empty(2 * 15 + 3 * d + 5 * d, dtype), np.empty(5, dtype=np.int64))
     close(dQ + dK + dV, naive.attention_backward(X, None, None, None, dY, True, causal)[0], dtype)
 
@@ -146,7 +147,8 @@ def test_causal_tiles_above_the_diagonal_are_never_read():
     assert np.isnan(Y[0, tk:]).all()                     # the test can fail: later rows do read it
     dQ, dK, dV = (np.empty_like(X) for _ in range(3))
     at._attend_backward_tiled(X, K, V, L, Y, np.ones_like(X), 0.5, 0.5, True, tq, tk, dQ, dK, dV,
-                              np.empty((1, T)), np.empty(2 * tq * tk + tq * d + tk * d),
+                              np.empty((1, T)), np.empty((3, 1, T)), np.empty((1, T), dtype=np.int64),
+                              np.empty(2 * tq * tk + tq * d + tk * d),
                               np.empty(tk, dtype=np.int64))
     assert np.isfinite(dQ[0, :tq]).all()
 
@@ -205,6 +207,70 @@ def test_L_with_a_wrong_shape_names_both_shapes():
 def test_return_weights_must_be_a_bool():
     with pytest.raises(TypeError, match="return_weights must be True or False"):
         at.forward(np.ones((3, 2)), return_weights="no")
+
+
+# ------------------------------------------------------- a saturated softmax, from L
+
+def _longdouble_grads(X, W, dY, causal):
+    """dX and dWv of self-attention in np.longdouble from X's own values (the softmax's
+    backward written out): the reference where the weights are one-hot to the last bit."""
+    X, dY = X.astype(np.longdouble), dY.astype(np.longdouble)
+    Wq, Wk, Wv = W if W[0] is None else (w.astype(np.longdouble) for w in W)
+    Q, K, V = (X, X, X) if Wq is None else (X @ Wq, X @ Wk, X @ Wv)
+    c = 1 / np.sqrt(np.longdouble(Q.shape[1]))
+    E = Q @ K.T * c
+    if causal:
+        E = np.where(np.tri(E.shape[0], dtype=bool), E, -np.inf)
+    A = np.exp(E - E.max(axis=1, keepdims=True))
+    A /= A.sum(axis=1, keepdims=True)
+    dA = dY @ V.T
+    dE = A * (dA - (A * dA).sum(axis=1, keepdims=True))
+    dQ, dK, dV = c * dE @ K, c * dE.T @ Q, A.T @ dY
+    if Wq is None:
+        return dQ + dK + dV, None
+    return dQ @ Wq.T + dK @ Wk.T + dV @ Wv.T, X.T @ dV
+
+
+@pytest.mark.parametrize("dtype,scale,T,proj,causal", [
+    (np.float32, 1e3, 64, False, False), (np.float32, 1e5, 64, False, False),
+    (np.float64, 1e8, 64, False, False),
+    (np.float32, 1e3, TK + 7, True, True), (np.float64, 1e6, TK + 7, True, True),   # 2 x 3 tiles
+])
+def test_the_backward_from_L_is_right_where_the_softmax_saturates(dtype, scale, T, proj, causal):
+    # X ~ N(0, 1) times 1e3 (float32) or 1e8 (float64): every row of A is one-hot. From L,
+    # dX was 28 % (float32, 1e3) and 545 times (float64, 1e8) off the long-double twin, which
+    # the path from A meets to 3e-8 and 1e-16: exp(S - L) rounded away log l (float32), L's
+    # own rounding is 8 at 7e16 (float64), and D = dY . Y is not the rounded dP's sum.
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((T, 8)) * scale).astype(dtype)
+    W = tuple(rng.standard_normal((8, 8)).astype(dtype) for _ in range(3)) if proj else (None,) * 3
+    dY = rng.standard_normal((T, 8)).astype(dtype)
+    want_dX, want_dWv = _longdouble_grads(X, W, dY, causal)
+    Y, A = at.forward(X, *W, causal=causal)
+    Yt, L = at.forward(X, *W, causal=causal, return_weights=False)
+    for got in (at.backward(X, *W, A, dY, causal=causal, Y=Y),         # the weights: right before
+                at.backward(X, *W, L, dY, causal=causal, Y=Yt),
+                at.backward(X, *W, L, dY, causal=causal)):               # Y recomputed
+        assert naive.rel_err(got.dX, want_dX) <= tol(dtype)
+        if proj:
+            assert naive.rel_err(got.dWv, want_dWv) <= tol(dtype)
+
+
+def test_L_too_coarse_for_weights_that_are_not_saturated_is_refused():
+    # Every query ties 8 keys (the rows are +-v): 8 weights of 1/8 a row. At X * 1e8 in
+    # float64, L ~ 1.2e16 is held to +-2, so exp(S - L) sums to 0.47, and no largest
+    # weight can take the error out; before, dX came back 3.6 times off, silently.
+    rng = np.random.default_rng(0)
+    X = np.tile(rng.standard_normal(8), (16, 1)) * 1e8
+    X[::2] *= -1
+    dY = rng.standard_normal((16, 8))
+    Y, L = at.forward(X, return_weights=False)
+    with pytest.raises(ValueError, match=r"^A \(here L, the row log-sum-exp\) is too coarse .* "
+                                         r"sum to 0.47\d+, not 1, in a row that is not saturated"):
+        at.backward(X, None, None, None, L, dY, Y=Y)
+    A = at.forward(X)[1]                                   # the weights themselves: fine
+    want, _ = _longdouble_grads(X, (None,) * 3, dY, False)
+    assert naive.rel_err(at.backward(X, None, None, None, A, dY).dX, want) <= tol(np.float64)
 
 
 # ------------------------------------------------------------------------- memory

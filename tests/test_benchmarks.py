@@ -130,6 +130,24 @@ def test_attention_skips_only_what_does_not_fit():
         common.skip_unless_fits("attention", 4096, 32)
 
 
+def test_warm_up_is_the_harnesss_own_with_a_fallback_for_older_commits(monkeypatch):
+    """The suite compiles a family as the harness does (``progress.warm_up_family``, in the
+    timed dtype only); at a commit without it, the same calls from the suite itself."""
+    from benchmarks import common
+    from harness.infra import progress
+    from harness.models import RECURRENCE
+    seen = []
+    monkeypatch.setattr(progress, "warm_up_family", lambda fam, dtypes: seen.append((fam, dtypes)))
+    common.warm_up(RECURRENCE, "float32")
+    assert seen == [(common.family(RECURRENCE), ("float32",))]
+
+    monkeypatch.delattr(progress, "warm_up_family")
+    calls = []
+    monkeypatch.setattr(common, "run_backward", lambda model, X, Ws, out: calls.append(X.shape))
+    common.warm_up(RECURRENCE, "float32")
+    assert calls == [(3, 2), (2, 3, 2)]                    # unbatched, then a batch of two
+
+
 def test_threads_are_set_together():
     from benchmarks import common
     blas, numba_threads, coretype = common.apply_threads()

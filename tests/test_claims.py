@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from harness.analysis import claims
 from harness.analysis.claims import FAILS, HOLDS, QUALIFIED
@@ -107,6 +108,31 @@ def test_lesson_figure_claims():
     assert claims.additive_routes({"additive_routes": routes})["verdict"] == FAILS
 
 
-def test_missing_sections_are_left_out():
+def test_a_claim_whose_frames_are_missing_is_a_row_that_says_so():
     t = claims.claims_table(_depth([150, 300, 600], [9] * 3, [40, 43, 46]))
-    assert list(t.columns) == claims.COLUMNS and len(t) == 2
+    assert list(t.columns) == claims.COLUMNS and len(t) == len(claims.CLAIMS)
+    judged = t[t.verdict != claims.NOT_MEASURED]
+    assert judged.claim.tolist() == ["An RNN's T steps run one after another",
+                                     "Attention is a constant number of stages"]
+    missing = t.set_index("claim").loc["tanh saturation makes vanishing worse"]
+    assert missing.lesson == "goodbye to recurrence" and math.isnan(missing.value)
+    assert missing.measured == "not measured: this run has no decay_summary.csv"
+    assert t.claim.tolist() == [fn.text for fn in claims.CLAIMS]      # every claim, in order
+
+
+def test_a_claim_that_reads_a_missing_column_names_the_claim_and_the_column():
+    f = _depth([150, 300, 600], [9] * 3, [40, 43, 46])
+    f["depth"] = f["depth"].drop(columns="scalar_span")
+    with pytest.raises(claims.MissingMeasurement,
+                       match=r"^claim attention_constant_stages \('Attention is a constant number "
+                             r"of stages'\): its frames have no 'scalar_span'$"):
+        claims.claims_table(f)
+
+
+def test_a_schedule_without_P_equal_T_is_not_measured():
+    s = _schedule(1000, 900)
+    s["schedule"] = s["schedule"][s["schedule"].P == 1]
+    row = claims.processors_change_nothing(s)
+    assert row["verdict"] == claims.NOT_MEASURED
+    assert row["claim"] == "A machine with 800 processors changes nothing for 800 tokens"
+    assert row["measured"] == "not measured: the RNN was not scheduled on both 1 and 800 processors"

@@ -17,16 +17,19 @@ from harness.analysis.trace import clog2
 
 # ----------------------------------------------------------------------------- the lesson
 
-def test_lesson_table_at_d512():
-    tab = depth.lesson_table(512, (50, 1000, 2000)).set_index("T")
-    assert tab.loc[50, "rnn_macs"] == 26_214_400
-    assert tab.loc[50, "attention_macs"] == 2_560_000
-    assert tab.loc[1000, "rnn_macs"] == 524_288_000
-    assert tab.loc[1000, "attention_macs"] == 1_024_000_000
-    assert tab.loc[2000, "rnn_macs"] == 1_048_576_000
-    assert tab.loc[2000, "attention_macs"] == 4_096_000_000
-    assert round(tab.loc[2000, "ratio"], 1) == 3.9
-    assert tab.loc[1000, "ratio"] == pytest.approx(1000 / 512)
+def test_the_lessons_counts_at_d512():
+    """The lesson's table (RNN products against attention's grid and mix), traced."""
+    frame = depth.depth_table((50, 1000, 2000), 512, families=(models.RECURRENCE, models.ATTENTION))
+    tab = frame.pivot(index="T", columns="model", values="macs")
+    assert tab.loc[50, "rnn"] == 26_214_400
+    assert tab.loc[50, "attention"] == 2_560_000
+    assert tab.loc[1000, "rnn"] == 524_288_000
+    assert tab.loc[1000, "attention"] == 1_024_000_000
+    assert tab.loc[2000, "rnn"] == 1_048_576_000
+    assert tab.loc[2000, "attention"] == 4_096_000_000
+    ratio = tab["attention"] / tab["rnn"]
+    assert round(ratio.loc[2000], 1) == 3.9
+    assert ratio.loc[1000] == pytest.approx(1000 / 512)
 
 
 def test_counts_cross_at_T_equals_d():
@@ -61,7 +64,9 @@ def test_count_table_has_every_part():
     parts = set(zip(counts.model, counts.part))
     assert parts == {("rnn", "input"), ("rnn", "recurrence"), ("attention", "projections"),
                      ("attention", "grid"), ("attention", "mix"), ("lru", "input"),
-                     ("lru", "recurrence"), ("lru-scan", "input"), ("lru-scan", "recurrence")}
+                     ("lru", "recurrence"), ("lru-scan", "input"), ("lru-scan", "recurrence"),
+                     ("lstm", "input"), ("lstm", "recurrence"), ("lstm", "mul"),
+                     ("gru", "input"), ("gru", "recurrence"), ("gru", "mul")}
     assert (counts.macs == counts.closed_form).all()
 
 

@@ -43,6 +43,12 @@ def test_the_parts_have_their_types(name):
     assert set(f.tracing.lesson_parts) <= set(f.tracing.forms[0].macs(8, 4))
     for k in f.compared:
         assert set(k.directions) <= set(compare.SLOTS), k.name
+        if "forward+backward" in k.directions:               # every peer times both passes
+            X, W = f.kernels.inputs(4, 3, 1, "float64", 0)
+            out = k.forward(X, *W)
+            g = np.ones(np.shape(f.kernels.primary(out)))
+            for impl, fs in k.peers(X, W, g, None).items():
+                assert impl == "gemm" or (len(fs) > 3 and fs[3] is not None), (k.name, impl)
         for suite in ("cases", "quick_cases", "long_cases"):
             for c in getattr(k, suite):
                 assert len(c) == 3 and all(isinstance(v, int) and v >= 1 for v in c), (k.name, c)
@@ -137,6 +143,12 @@ def test_timed_variants_run_and_count(name):
 
 # ----------------------------------------------------------------------------- peers
 
+def _dx(result):
+    """dX out of what a forward+backward callable returns: a grads object, a tuple or a tensor."""
+    dx = getattr(result, "dX", result[0] if isinstance(result, tuple) else result)
+    return np.asarray(dx.detach() if hasattr(dx, "detach") else dx, dtype=np.float64)
+
+
 @pytest.mark.parametrize("case", [c for c in compare.cases(dataclasses.replace(
     compare.DEFAULT, suite="quick", dtypes=("float64",)))], ids=str)
 def test_every_peer_computes_what_the_kernel_does(case):
@@ -151,6 +163,9 @@ def test_every_peer_computes_what_the_kernel_does(case):
                                    atol=1e-10 * np.abs(y_h).max(), err_msg=impl)
         np.testing.assert_allclose(np.asarray(dx, dtype=np.float64), dx_h, rtol=1e-9,
                                    atol=1e-10 * np.abs(dx_h).max(), err_msg=impl)
+        if len(fs) > 3 and fs[3] is not None:             # a training step's both passes
+            np.testing.assert_allclose(_dx(fs[3]()), dx_h, rtol=1e-9,
+                                       atol=1e-10 * np.abs(dx_h).max(), err_msg=f"{impl} both")
         checked += 1
     assert checked >= 1, f"{case}: no peer computes outputs"
 

@@ -1,6 +1,6 @@
 """The report's figures, tested by what they draw.
 
-Each ``report.figure_*`` is called on frames built here with known values; the
+Each ``figures.figure_*`` is called on frames built here with known values; the
 test then reads the drawn lines, bars, heat maps and legends back from the
 matplotlib objects and compares them with the values that went in. Legend
 entries are matched to lines by colour, so a series drawn under the wrong
@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from harness.analysis import lessons
-from harness import report  # noqa: E402
+from harness.report import captions, figures  # noqa: E402
 from harness.models import ATTENTION, RECURRENCE  # noqa: E402
 
 
@@ -107,7 +107,7 @@ def _decay_frame():
 
 def test_decay_figure_draws_each_radius_its_bound_and_attention_in_both_panels():
     d = _decay_frame()
-    fig = report.figure_decay({"decay": d})
+    fig = figures.figure_decay({"decay": d})
     legend = _legend(fig)
     labels = list(legend)
     att = legend[_label(labels, ATTENTION)]
@@ -134,13 +134,34 @@ def test_decay_figure_draws_each_radius_its_bound_and_attention_in_both_panels()
     assert {"measured", "theory / bound"} <= set(labels)     # the two line styles
 
 
+def test_decay_figure_draws_every_family_in_its_frame():
+    """No family is selected by name: the LRU's rows (one activation, no input scale) are drawn
+    in every panel, and a family the registry does not know is drawn under its own name."""
+    k = np.arange(1, 6)
+    lru = pd.DataFrame(dict(model="lru", weight="ring", input_scale=np.nan, activation="identity",
+                            rho=0.9, distance=k, log10_norm=-0.3 * k, log10_bound=-0.2 * k))
+    new = pd.DataFrame([dict(model="newfam", weight="gaussian", input_scale=1.0, activation=act,
+                             rho=0.7, distance=kk, log10_norm=-5.0 * kk - (act == "tanh"),
+                             log10_bound=np.nan) for act in ("identity", "tanh") for kk in k])
+    fig = figures.figure_decay({"decay": pd.concat([_decay_frame(), lru, new], ignore_index=True)})
+    legend = _legend(fig)
+    labels = list(legend)
+    for act in ("identity", "tanh"):
+        ax = _axis(fig, act)
+        assert _curves(ax, legend[_label(labels, "(LRU)", "0.9")]) == sorted(
+            [_xy(k, -0.3 * k), _xy(k, -0.2 * k)])                 # measured and its bound
+        drawn = new[new.activation == act]
+        assert _curves(ax, legend[_label(labels, "newfam", "0.7")]) == [
+            _xy(drawn.distance, drawn.log10_norm)]                # its own panel only
+
+
 # ------------------------------------------------------------------ clipping
 
 def test_clipping_figure_bars_are_the_far_over_near_ratios_before_and_after():
     c = pd.DataFrame({"rho": [1.5, 0.5, 1.0],
                       "log10_far_over_near_before": [3.0, -4.0, 0.25],
                       "log10_far_over_near_after": [3.5, -4.5, 0.5]})
-    fig = report.figure_clipping({"clipping": c})
+    fig = figures.figure_clipping({"clipping": c})
     legend = _legend(fig)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0.5", "1.0", "1.5"]
@@ -168,7 +189,7 @@ def _depth_frame():
 
 def test_depth_figure_has_one_panel_per_measure_and_one_line_per_model():
     t = _depth_frame().assign(scalar_work=7, ops=3)            # columns the figure leaves out
-    fig = report.figure_depth({"depth": t})
+    fig = figures.figure_depth({"depth": t})
     legend = _legend(fig)
     assert sorted(ax.get_title().split("= ")[-1] for ax in fig.axes) == \
         ["max_path", "scalar_span", "span"]
@@ -195,7 +216,7 @@ def _schedule_frame(T=800):
 
 def test_schedule_figure_draws_steps_per_grain_and_marks_P_equals_T():
     s = _schedule_frame(T=800)
-    fig = report.figure_schedule({"schedule": s})
+    fig = figures.figure_schedule({"schedule": s})
     legend = _legend(fig)
     for grain in ("scalar", "element"):
         ax = _axis(fig, grain)
@@ -222,7 +243,7 @@ def _crossover_frame(measured, extrapolated, counted=8):
 ])
 def test_work_figure_marks_the_counted_and_the_measured_crossover(measured, extrapolated, ratio):
     w = _depth_frame()[["model", "T", "d", "macs", "flops"]]
-    fig = report.figure_work({"work": w, "crossover": _crossover_frame(measured, extrapolated)})
+    fig = figures.figure_work({"work": w, "crossover": _crossover_frame(measured, extrapolated)})
     legend = _legend(fig)
     ax = fig.axes[0]
     assert ax.get_xscale() == ax.get_yscale() == "log"
@@ -254,7 +275,7 @@ def _maps_frame():
 
 def test_attention_maps_are_drawn_in_sentence_order_per_setting():
     m = _maps_frame()
-    fig = report.figure_maps({"attention_maps": m})
+    fig = figures.figure_maps({"attention_maps": m})
     order = list(lessons.SENTENCE)
     for setting in ("length 1", "length 3", "projected"):
         ax = _axis(fig, setting)
@@ -272,7 +293,7 @@ def test_additive_maps_are_drawn_per_setting():
     rows = [dict(setting=s, i=i, j=j, weight=0.01 * (i * 4 + j) + 0.1 * k)
             for k, s in enumerate(("tanh", "no tanh")) for i in range(4) for j in range(4)]
     m = pd.DataFrame(rows)
-    fig = report.figure_additive({"additive_maps": m})
+    fig = figures.figure_additive({"additive_maps": m})
     for s in ("tanh", "no tanh"):
         ax = _axis(fig, s)
         want = m[m.setting == s].pivot(index="i", columns="j", values="weight").to_numpy()
@@ -285,7 +306,7 @@ def test_row_max_figure_has_a_line_per_scaling():
     rm = pd.DataFrame([dict(d_k=dk, scaled=sc, row_max=(0.3 if sc else 0.5) + 0.01 * i,
                             band_lo=0.1 + 0.01 * i, band_hi=0.9 - 0.01 * i, draws=50)
                        for i, dk in enumerate((8, 64, 512)) for sc in (False, True)])
-    fig = report.figure_row_max({"row_max": rm})
+    fig = figures.figure_row_max({"row_max": rm})
     legend = _legend(fig)
     ax = fig.axes[0]
     assert ax.get_xscale() == "log"
@@ -297,7 +318,7 @@ def test_row_max_figure_has_a_line_per_scaling():
 def test_routes_figure_draws_each_route_under_its_own_name():
     r = pd.DataFrame({"va_scale": [0.25, 0.5, 2.0], "value_norm": [3.0, 2.8, 2.5],
                       "score_norm": [0.05, 0.26, 4.1], "value_over_score": [60.0, 10.8, 0.6]})
-    fig = report.figure_routes({"additive_routes": r})
+    fig = figures.figure_routes({"additive_routes": r})
     legend = _legend(fig)
     ax = fig.axes[0]
     assert len(_lines(ax)) == 2 and ax.get_xscale() == ax.get_yscale() == "log"
@@ -312,7 +333,7 @@ def test_wall_figure_has_a_line_per_variant():
             for m, c, p in ((RECURRENCE, 1e-6, 1), (ATTENTION, 1e-8, 2), (ATTENTION + "+proj", 2e-8, 2))
             for T in (32, 64, 128)]
     w = pd.DataFrame(rows)
-    fig = report.figure_wall({"wall_times": w})
+    fig = figures.figure_wall({"wall_times": w})
     legend = _legend(fig)
     ax = fig.axes[0]
     assert ax.get_xscale() == ax.get_yscale() == "log"
@@ -327,7 +348,7 @@ def test_history_figure_has_a_panel_per_T_and_a_line_per_series():
             for i, c in enumerate(("aaaa1111", "bbbb2222", "cccc3333"))
             for s in ("rnn forward", "rnn backward") for T in (64, 1024)]
     h = pd.DataFrame(rows)
-    fig = report.figure_history({"asv_history": h})
+    fig = figures.figure_history({"asv_history": h})
     legend = _legend(fig)
     a64, a1024 = _axis(fig, "64"), _axis(fig, "1024")
     assert a64.get_yscale() == "log" and not a64.get_shared_y_axes().joined(a64, a1024)
@@ -343,7 +364,7 @@ def test_attention_path_figure_draws_a_level_and_a_band_per_input_scale():
     lv = pd.DataFrame([dict(T=T, input_scale=s, log10_level=-s * math.log10(T),
                             log10_min=-s * math.log10(T) - 1, log10_max=-s * math.log10(T) + 0.5)
                        for s in (1.0, 4.0) for T in (10, 100, 1000)])
-    fig = report.figure_attention_path({"attention_level": lv})
+    fig = figures.figure_attention_path({"attention_level": lv})
     ax = fig.axes[0]
     assert ax.get_xscale() == "log"
     levels = sorted(_xy(x, y) for _, x, y in _lines(ax))
@@ -363,7 +384,7 @@ def _horizontal(ax):
 
 def test_decay_figure_marks_the_window_edge_only_when_a_value_is_beyond_it():
     d = _decay_frame()
-    fig = report.figure_decay({"decay": d})
+    fig = figures.figure_decay({"decay": d})
     for act in ("identity", "tanh"):
         ax = _axis(fig, act)
         assert _horizontal(ax) == [-60.0, 60.0]
@@ -371,7 +392,7 @@ def test_decay_figure_marks_the_window_edge_only_when_a_value_is_beyond_it():
         nums = [float(v) for v in re.findall(r"\d+", text)]
         assert 60 in nums and 1 in nums                 # one value beyond 60 decades
     inside = d[d.log10_norm.abs() < 60]
-    fig = report.figure_decay({"decay": inside})
+    fig = figures.figure_decay({"decay": inside})
     for ax in fig.axes:
         assert _horizontal(ax) == [] and len(ax.texts) == 0
 
@@ -381,7 +402,7 @@ def test_row_max_figure_draws_the_band_of_single_draws_and_the_lessons_draw():
                             band_lo=(0.1 if sc else 0.2) + 0.01 * i, band_hi=0.9 - 0.01 * i, draws=50)
                        for i, dk in enumerate((8, 64, 512)) for sc in (False, True)])
     lesson = pd.DataFrame({"d_k": [8, 512], "scaled": [False, False], "lesson_row_max": [0.558, 0.983]})
-    fig = report.figure_row_max({"row_max": rm, "row_max_lesson": lesson})
+    fig = figures.figure_row_max({"row_max": rm, "row_max_lesson": lesson})
     ax = fig.axes[0]
     spans = [(p.vertices[:, 1].min(), p.vertices[:, 1].max()) for c in ax.collections
              for p in c.get_paths()[:1] if len(p.vertices)]
@@ -392,7 +413,7 @@ def test_row_max_figure_draws_the_band_of_single_draws_and_the_lessons_draw():
     assert len(dots) == 1
     np.testing.assert_allclose(dots[0].get_offsets(), [[8, 0.558], [512, 0.983]])
     assert any("lesson" in t.get_text() for t in ax.get_legend().texts)
-    plain = report.figure_row_max({"row_max": rm})
+    plain = figures.figure_row_max({"row_max": rm})
     assert not [c for c in plain.axes[0].collections if type(c).__name__ == "PathCollection"
                 and len(c.get_offsets()) == 2]
 
@@ -402,7 +423,7 @@ def test_wall_figure_draws_each_interval_in_its_lines_colour():
                  seconds_hi=1.2 * c * T) for m, c in ((RECURRENCE, 1e-6), (ATTENTION, 3e-6))
             for T in (32, 64)]
     w = pd.DataFrame(rows)
-    fig = report.figure_wall({"wall_times": w})
+    fig = figures.figure_wall({"wall_times": w})
     legend = _legend(fig)
     ax = fig.axes[0]
     segs = {}
@@ -427,7 +448,7 @@ def _lru_decay_frame():
 
 def test_lru_decay_figure_draws_each_radius_measured_and_its_line():
     d = _lru_decay_frame()
-    fig = report.figure_lru_decay({"lru_decay": d})
+    fig = figures.figure_lru_decay({"lru_decay": d})
     legend = _legend(fig)
     assert {"max|λ| = 0.5", "max|λ| = 0.99", "measured", "k·log10 r"} <= set(legend)
     ax = fig.axes[0]
@@ -450,7 +471,7 @@ def test_recurrence_caption_states_the_scans_span_work_and_exact_decay():
     lr = _lru_decay_frame()
     lr.loc[(lr.rho == 0.5) & (lr.distance == 4), "log10_norm"] = -1.25
     lr.loc[(lr.rho == 0.99) & (lr.distance == 4), "log10_norm"] = -0.04
-    cap = report.caption_recurrence({"scan_depth": d, "lru_decay": lr})
+    cap = captions.caption_recurrence({"scan_depth": d, "lru_decay": lr})
     assert ("computed by a parallel scan (lru-scan) its span goes from 9 to 17 operations as T "
             "goes from 16 to 256, like log T, where its step loop's goes from 1,600 to 25,600 and "
             "the tanh RNN's from 48 to 768. For that, the scan does 2.50× the loop's scalar "
@@ -489,21 +510,21 @@ def _every_figure():
     additive = pd.DataFrame([dict(setting=s, i=i, j=j, weight=0.02 * (i + j))
                              for s in ("tanh", "no tanh") for i in range(3) for j in range(3)])
     return {
-        "decay": (report.figure_decay, {"decay": _decay_frame()}),
-        "lru_decay": (report.figure_lru_decay, {"lru_decay": _lru_decay_frame()}),
-        "attention_path": (report.figure_attention_path, {"attention_level": lv}),
-        "clipping": (report.figure_clipping, {"clipping": clip}),
-        "depth": (report.figure_depth, {"depth": w}),
-        "schedule": (report.figure_schedule, {"schedule": _schedule_frame()}),
-        "work": (report.figure_work, {"work": w[["model", "T", "d", "macs", "flops"]],
+        "decay": (figures.figure_decay, {"decay": _decay_frame()}),
+        "lru_decay": (figures.figure_lru_decay, {"lru_decay": _lru_decay_frame()}),
+        "attention_path": (figures.figure_attention_path, {"attention_level": lv}),
+        "clipping": (figures.figure_clipping, {"clipping": clip}),
+        "depth": (figures.figure_depth, {"depth": w}),
+        "schedule": (figures.figure_schedule, {"schedule": _schedule_frame()}),
+        "work": (figures.figure_work, {"work": w[["model", "T", "d", "macs", "flops"]],
                                       "crossover": _crossover_frame(20.0, np.nan)}),
-        "maps": (report.figure_maps, {"attention_maps": _maps_frame()}),
-        "additive": (report.figure_additive, {"additive_maps": additive}),
-        "row_max": (report.figure_row_max, {"row_max": rm, "row_max_lesson": lesson}),
-        "routes": (report.figure_routes, {"additive_routes": routes}),
-        "wall": (report.figure_wall, {"wall_times": wall}),
-        "memory": (report.figure_memory, {"peak_memory": _memory_frame()}),
-        "history": (report.figure_history, {"asv_history": hist}),
+        "maps": (figures.figure_maps, {"attention_maps": _maps_frame()}),
+        "additive": (figures.figure_additive, {"additive_maps": additive}),
+        "row_max": (figures.figure_row_max, {"row_max": rm, "row_max_lesson": lesson}),
+        "routes": (figures.figure_routes, {"additive_routes": routes}),
+        "wall": (figures.figure_wall, {"wall_times": wall}),
+        "memory": (figures.figure_memory, {"peak_memory": _memory_frame()}),
+        "history": (figures.figure_history, {"asv_history": hist}),
     }
 
 
@@ -624,14 +645,15 @@ def test_bands_are_translucent_and_interval_bars_two_points_wide():
     assert len(bars) == 2 and all(list(c.get_linewidths()) == [2.0] for c in bars)
 
 
-def test_save_writes_png_and_svg_and_closes_the_figure(tmp_path):
-    from pathlib import Path
+def test_encode_gives_png_and_svg_and_closes_the_figure():
+    import io
     fig = plt.figure(figsize=(2, 1))
     fig.gca().plot([0, 1], [0, 1])
     other = plt.figure()                                       # the current figure, not ours
-    report._save(fig, Path(tmp_path), "x")
+    files = figures.encode(fig)
+    assert sorted(files) == ["png", "svg"]
     assert not plt.fignum_exists(fig.number) and plt.fignum_exists(other.number)
     from PIL import Image
-    with Image.open(tmp_path / "x.png") as im:
+    with Image.open(io.BytesIO(files["png"])) as im:
         assert [round(v) for v in im.info["dpi"]] == [110, 110]
-    assert (tmp_path / "x.svg").read_text().lstrip().startswith("<?xml")
+    assert files["svg"].decode("utf-8").lstrip().startswith("<?xml")

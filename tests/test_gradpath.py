@@ -242,8 +242,7 @@ def test_frame_has_the_tidy_columns():
                 "log10_norm"]:
         assert col in frame.columns
     assert set(frame["model"]) == set(models.NAMES)               # every registered family
-    assert not frame.duplicated(["model", "weight", "activation", "rho", "input_scale", "T", "d",
-                                 "distance"]).any()
+    assert not frame.duplicated([*models.PATH_KEYS, "distance"]).any()   # one row per configuration and k
     assert {"ln_rate", "ln_rate_theory", "ln_rate_bound"} <= set(summary.columns)
 
 
@@ -478,7 +477,7 @@ def decay_only(monkeypatch):
     (["--activation", "relu"], "--activation"),
     (["--weight", "unitary"], "--weight"),
     (["--d", "0"], "--d: ds must be an integer >= 1"),
-    (["--model", "lstm"], "--model: models must be one of"),
+    (["--model", "gpt"], "--model: models must be one of"),
     (["--clip-threshold", "0"], "--clip-threshold: threshold must be a finite number > 0"),
     (["--measure", "fast"], "--measure"),
     (["--seed", "-1"], "--seed: seed must be an integer >= 0"),
@@ -650,3 +649,54 @@ def test_path_levels_of_every_family():
     k = path.distance.to_numpy()
     slope = math.log10(float(path.sigma_max.iloc[0]))
     assert lru.log10_level.iloc[0] == pytest.approx(float(np.mean(k * slope)), abs=1e-9)
+
+
+# ------------------------------------------------- summaries far out, and routes near zero
+
+@pytest.mark.parametrize("family", ["rnn", "lru"])
+@pytest.mark.parametrize("rho,drift", [(0.9, 3.9e-12), (1.1, 2.3e-11)])
+def test_bound_respected_is_relative_to_the_size_compared(family, rho, drift):
+    # harness decay --T 1000000 --d 2 --rho 0.9 1.1 --activation identity --weight orthogonal:
+    # the orthogonal identity RNN's norm is its bound, rho^k; summed in logs over 10^6 steps
+    # it comes out 1.8e-7 over -45,757 (3.9e-12 relative; 9.3e-7 over 41,393 at rho = 1.1).
+    # An absolute 1e-9 called that a broken bound; 1e-9 relative to the size does not, and
+    # still sees an excess of 1e-6 relative.
+    from harness.models import lru as mlru
+    k = np.arange(1, 10 ** 6, dtype=np.float64)
+    bound = k * math.log10(rho)
+    cols = dict(rho=rho, activation="identity", sigma_max=rho, log10_bound=bound,
+                log10_linear=bound, log10_probe=bound)
+    summary = {"rnn": mrnn.path_summary, "lru": mlru.path_summary}[family]
+    for excess, respected in ((drift, True), (1e-6, False)):
+        norm = bound + excess * np.abs(bound)               # a little over the bound, growing with k
+        g = models.path_frame(family, k.astype(np.int64), **{**cols, "log10_norm": norm})
+        assert summary(g, 0.5)["bound_respected"] is respected, excess
+
+
+def test_attention_routes_are_logs_never_minus_infinity():
+    # --input-scale 1e-300: the score route alpha_Tj (v_j - y_T) g^T is about 10^-600, past
+    # float64: it was written as -inf. Taken in logs it is finite, and its closed form: rank
+    # one, alpha_Tj ||v_j - y_T|| ||g||, with the scores (~1e-600) 0, so alpha uniform, and
+    # v_j - y_T and g = Wk q_T / sqrt(d) each the unit-scale draws' times 1e-300.
+    tiny, unit = (matt.attention_paths(T=40, d=4, input_scale=s, seed=3) for s in (1e-300, 1.0))
+    rng = np.random.default_rng([3, 2])
+    X = rng.normal(size=(40, 4))
+    W = [rng.normal(size=(4, 4)) / 2 for _ in range(3)]
+    V = X @ W[2]
+    g = W[1] @ (X[-1] @ W[0]) / 2
+    want = np.log10(np.linalg.norm(V[:-1] - V.mean(axis=0), axis=1) * np.linalg.norm(g) / 40) - 600
+    np.testing.assert_allclose(tiny.log10_score, want[39 - tiny.distance], rtol=0, atol=1e-12)
+    for f in (tiny, unit):
+        assert np.isfinite(f[["log10_norm", "log10_value", "log10_score"]]).all().all()
+    # input scale 100: alpha_Tj below 1e-308 for most j, every log norm was -inf; now finite
+    big = matt.attention_paths(T=40, d=4, input_scale=100.0, seed=3)
+    assert np.isfinite(big[["log10_norm", "log10_value", "log10_score"]]).all().all()
+    assert big.log10_norm.min() < -400
+    # input scale 0: q_T = 0 and every v_j = y_T: no score route at all, NaN (not -inf), the
+    # value route alpha_Tj Wv^T with alpha uniform
+    zero = matt.attention_paths(T=40, d=4, input_scale=0.0, seed=3)
+    assert zero.log10_score.isna().all() and not np.isinf(zero.log10_score).any()
+    np.testing.assert_allclose(zero.log10_value, math.log10(np.linalg.norm(W[2], 2) / 40), rtol=1e-12)
+    np.testing.assert_allclose(zero.log10_norm, zero.log10_value, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"scores q_T \. k_j overflow float64 .* input_scale=1e\+160"):
+        matt.attention_paths(T=40, d=4, input_scale=1e160, seed=3)

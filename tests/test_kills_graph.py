@@ -19,7 +19,7 @@ import pytest
 from harness.kernels import greedy as _greedy
 from harness.infra import signals as _interrupt, files as _io
 from harness.analysis import depth, schedule, trace
-from harness.models import ATTENTION, RECURRENCE
+from harness.models import RECURRENCE
 
 # ============================================================================ trace
 
@@ -254,21 +254,6 @@ def test_plateau_P_keys_each_row_by_model_T_and_grain():
 
 
 # ============================================================================ depth
-
-def test_lesson_table_traces_only_the_two_lesson_families(monkeypatch):
-    seen = []
-    real = depth.trace_model
-
-    def spy(model, T, d, **widths):
-        seen.append(model)
-        return real(model, T, d, **widths)
-    monkeypatch.setattr(depth, "trace_model", spy)
-    tab = depth.lesson_table(4, (2, 8))
-    assert sorted(set(seen)) == sorted({RECURRENCE, ATTENTION}) and len(seen) == 4
-    # RNN 2 T d^2 / 2 = T d^2 products, the grid and mix T^2 d each
-    assert tab.rnn_macs.tolist() == [2 * 16 + 2 * 16, 8 * 16 + 8 * 16]
-    assert tab.attention_macs.tolist() == [2 * 4 * 4, 2 * 64 * 4]
-
 
 # ============================================================================ _io
 

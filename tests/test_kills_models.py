@@ -200,7 +200,7 @@ def test_torch_peer_gives_the_loop_twins_outputs_every_time_it_is_asked():
     torch = pytest.importorskip("torch")
     X, W = rnn_family.inputs(5, 3, seed=2)
     dH = np.random.default_rng(5).normal(size=(5, 3))
-    _, backward, outputs = rnn_family.peers(X, W, dH, torch)["torch"]
+    _, backward, outputs, _ = rnn_family.peers(X, W, dH, torch)["torch"]
     H_want = naive.rnn_forward(X, *W)
     dX_want = naive.rnn_backward(X, H_want, *W, dH)[0]
     backward()

@@ -1,8 +1,8 @@
 """``harness.report``: captions on edge-case frames, and the report folder's assembly.
 
-Written against mutants of ``harness/report.py`` that the other tests left alive.
+Written against mutants of the report's modules that the other tests left alive.
 The captions are fed hand-built frames whose numbers are known; the folder is
-built by ``build_report``/``_build`` with the analysers stubbed by small frames
+built by ``build_report``/``build._build`` with the analysers stubbed by small frames
 (no figures, no timing), and its files are checked against values worked out
 by hand: the depth table's cells, the two claims a depth frame decides, the
 noise figures in machine.json, the data dictionary beside the CSVs.
@@ -31,7 +31,10 @@ import pandas as pd
 import pytest
 
 from harness import report
-from harness.infra.files import UsageError
+from harness.analysis import claims as claims_module
+from harness.infra import files as files_module, signals
+from harness.infra.files import OutputSet, UsageError
+from harness.report import build, captions, figures
 from harness.models import ATTENTION, RECURRENCE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +57,7 @@ def test_schedule_caption_of_one_token_on_one_processor():
                               (ATTENTION, "scalar"): (9, {1: 30}),
                               (RECURRENCE, "element"): (4, {1: 11}),
                               (ATTENTION, "element"): (5, {1: 25})})
-    cap = report.caption_schedule({"schedule": s})
+    cap = captions.caption_schedule({"schedule": s})
     assert "for the lesson's T = 1 tokens (d = 2)" in cap
     assert "the RNN needs 14 steps against 14 on one processor: 1.0× faster" in cap
     assert "its span of 6 (reached at P = 1)" in cap
@@ -71,7 +74,7 @@ def test_schedule_caption_compares_only_the_P_both_models_ran_at():
         (RECURRENCE, "scalar"): (40, {1: 500, 4: 130, 20: 60, 100: 40}),
         (ATTENTION, "scalar"): (10, {1: 900, 4: 230, 20: 70, 50: 35, 100: 30}),
         (RECURRENCE, "element"): (50, {1: 600, 4: 160, 20: 80, 100: 50})})
-    cap = report.caption_schedule({"schedule": s})
+    cap = captions.caption_schedule({"schedule": s})
     assert "is faster than the RNN only from P = 100 on;" in cap
     assert "needs 60 steps against 500 on one processor: 8.3× faster" in cap   # 500 / 60
 
@@ -81,7 +84,7 @@ def test_wall_caption_gives_each_model_its_own_interval_and_the_step_in_microsec
                       "seconds_per_step": [0.0625, 0.5]})
     e = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "exponent": [1.0312, 1.8765],
                       "exponent_lo": [0.9222, 1.7111], "exponent_hi": [1.1333, 1.9444]})
-    cap = report.caption_wall({"wall_times": w, "exponents": e})
+    cap = captions.caption_wall({"wall_times": w, "exponents": e})
     assert f"{RECURRENCE} 1.03 [0.92, 1.13], {ATTENTION} 1.88 [1.71, 1.94]." in cap
     assert "takes 62500.0 µs per step" in cap             # 0.0625 s = 62,500 µs exactly
 
@@ -91,7 +94,7 @@ def test_memory_caption_compares_the_largest_with_the_smallest_of_three():
     f = pd.DataFrame([{"model": m, "T": T, "d": 8, "dtype": "float64", "peak_bytes": p,
                        "output_bytes": 0, "estimate_bytes": 0}
                       for m, pair in peaks.items() for T, p in zip((100, 1000), pair)])
-    cap = report.caption_memory({"peak_memory": f})
+    cap = captions.caption_memory({"peak_memory": f})
     assert "At T = 1000: a 1.0 MiB (T^0.00); b 10.0 MiB (T^1.00); c 40.0 MiB (T^" in cap
     assert cap.endswith("c needs 40 times what a needs.")
 
@@ -133,12 +136,15 @@ def test_build_writes_the_depth_table_the_claims_and_the_noise_floor(tmp_path, m
     checkout = tmp_path / "checkout"                # a checkout: harness/ beside docs/data.md
     (checkout / "docs").mkdir(parents=True)
     (checkout / "docs" / "data.md").write_text("# the data dictionary of this checkout\n")
-    monkeypatch.setattr(report, "__file__", str(checkout / "harness" / "report.py"))
+    monkeypatch.setattr(build, "DATA_DICTIONARY", checkout / "docs" / "data.md")
     stage = tmp_path / "stage"
     stage.mkdir()
+    files = OutputSet(stage)
     seen = []
-    with mock.patch.object(report, "_sections", _stub_sections):
-        report._build(stage, None, seen.append, "harness report")
+    with mock.patch.object(build, "_sections", _stub_sections):
+        build._build(files, None, seen.append, "harness report")
+    files.commit()
+    files.discard()
     assert seen == ["depth", "wall"]
     page = (stage / "index.html").read_text(encoding="utf-8")
     depth = page.split('<section id="depth">')[1].split("</section>")[0]
@@ -148,12 +154,18 @@ def test_build_writes_the_depth_table_the_claims_and_the_noise_floor(tmp_path, m
     # span/T = 3 at both T: the RNN's steps in sequence; attention's span 7 at both T while
     # its scalar span grows 25 -> 31: constant stages, with a qualification
     claims = pd.read_csv(stage / "claims.csv")
-    assert claims.claim.tolist() == ["An RNN's T steps run one after another",
+    judged = claims[claims.verdict != claims_module.NOT_MEASURED]
+    assert judged.claim.tolist() == ["An RNN's T steps run one after another",
                                      "Attention is a constant number of stages"]
-    assert claims.verdict.tolist() == ["holds", "holds with a qualification"]
-    assert claims.value.tolist() == [3.0, 7.0]
-    assert ("2 claims of the three lessons against this run's measurements: 1 holds, "
-            "1 holds with a qualification, 0 does not hold.") in html.unescape(page)
+    assert judged.verdict.tolist() == ["holds", "holds with a qualification"]
+    assert judged.value.tolist() == [3.0, 7.0]
+    # every other claim is a row that names what this run did not measure
+    assert len(claims) == len(claims_module.CLAIMS)
+    assert claims.measured[claims.claim == "tanh saturation makes vanishing worse"].tolist() == [
+        "not measured: this run has no decay_summary.csv"]
+    assert (f"{len(claims)} claims of the three lessons against this run's measurements: 1 holds, "
+            f"1 holds with a qualification, 0 does not hold, {len(claims) - 2} not measured."
+            ) in html.unescape(page)
     meta = json.loads((stage / "machine.json").read_text())
     assert {k: meta.get(k) for k in RATES} == RATES
     # the data dictionary of the checkout the module runs from, copied beside the CSVs
@@ -162,7 +174,7 @@ def test_build_writes_the_depth_table_the_claims_and_the_noise_floor(tmp_path, m
 
 def test_build_report_creates_missing_parent_folders(tmp_path):
     out = tmp_path / "a" / "b" / "c" / "report"
-    with mock.patch.object(report, "_sections", _stub_sections):
+    with mock.patch.object(build, "_sections", _stub_sections):
         got = report.build_report(out)
     assert got == out.resolve() and (out / "index.html").is_file()
     assert sorted(p.name for p in out.parent.iterdir()) == ["report"]
@@ -180,12 +192,12 @@ def test_build_report_names_the_folder_it_cannot_create(tmp_path):
 def test_build_report_names_the_folder_it_cannot_stage_in(tmp_path):
     out = tmp_path / "report"
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    with mock.patch.object(report.tempfile, "mkdtemp", side_effect=full), \
+    with mock.patch.object(files_module.tempfile, "mkdtemp", side_effect=full), \
             pytest.raises(UsageError) as err:
         report.build_report(out)
-    assert str(err.value) == (f"--out: cannot write in {str(tmp_path.resolve())!r}: "
+    assert str(err.value) == (f"--out: cannot write in {str(out.resolve())!r}: "
                               f"{os.strerror(errno.ENOSPC)}")
-    assert list(tmp_path.iterdir()) == []            # no lock, no stage left behind
+    assert list(tmp_path.iterdir()) == []            # no lock, no stage, no folder left behind
 
 
 def test_a_signal_during_the_rename_leaves_the_report_and_still_interrupts(tmp_path):
@@ -195,12 +207,13 @@ def test_a_signal_during_the_rename_leaves_the_report_and_still_interrupts(tmp_p
         raise KeyboardInterrupt
 
     out = tmp_path / "report"
-    with mock.patch.object(report, "_sections", _stub_sections), \
-            mock.patch.object(report._interrupt, "deferred", delivered_at_the_end), \
+    with mock.patch.object(build, "_sections", _stub_sections), \
+            mock.patch.object(signals, "deferred", delivered_at_the_end), \
             pytest.raises(KeyboardInterrupt):
         report.build_report(out)
-    assert (out / "index.html").is_file()             # renamed whole before the signal
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]   # no stage, no lock
+    assert (out / "index.html").is_file()             # moved in whole before the signal
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]   # no lock
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]   # no stage
 
 
 # ------------------------------------------------------ captions on one-row frames
@@ -210,7 +223,7 @@ def test_clipping_caption_of_a_single_radius_states_its_threshold():
     c = pd.DataFrame({"rho": [1.5], "threshold": [2.0], "log10_total_before": [3.0],
                       "log10_total_after": [math.log10(2.0)],
                       "log10_far_over_near_before": [2.0], "log10_far_over_near_after": [2.0]})
-    cap = report.caption_clipping({"clipping": c})
+    cap = captions.caption_clipping({"clipping": c})
     assert cap.startswith("Clipping the total gradient to 2 rescales every distance by ")
 
 
@@ -218,7 +231,7 @@ def test_memory_caption_of_one_measured_variant_at_one_T():
     # measure(variants=["a"]) at a single T: one row, no growth to read
     f = pd.DataFrame([{"model": "a", "T": 100, "d": 8, "dtype": "float32",
                        "peak_bytes": 3 * 2**20, "output_bytes": 0, "estimate_bytes": 0}])
-    cap = report.caption_memory({"peak_memory": f})
+    cap = captions.caption_memory({"peak_memory": f})
     assert cap.startswith("Peak resident memory of one forward call (float32, d = 8, ")
     assert "At T = 100: a 3.0 MiB" in cap
     assert cap.endswith("a needs 1 times what a needs.")
@@ -230,7 +243,7 @@ def test_memory_caption_when_only_one_variant_fits_at_the_largest_T():
                        "output_bytes": 0, "estimate_bytes": 0}
                       for m, T, p in (("a", 100, 2**20), ("a", 1000, 10 * 2**20),
                                       ("b", 100, 4 * 2**20), ("b", 1000, math.nan))])
-    cap = report.caption_memory({"peak_memory": f})
+    cap = captions.caption_memory({"peak_memory": f})
     assert "At T = 1000: a 10.0 MiB (T^1.00); in brackets" in cap     # 10 = 10^1
     assert cap.endswith("a needs 1 times what a needs.")
 
@@ -241,7 +254,7 @@ def test_attention_path_caption_of_a_single_T_states_its_input_scale():
                        for s in (0.5, 2.0)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")           # a line through one point: rank-deficient
-        cap = report.caption_attention_path({"attention_level": lv})
+        cap = captions.caption_attention_path({"attention_level": lv})
     assert "At input scale 0.5 its level (the mean of log10" in cap
     assert "falls from 10^-0.5 at T = 64 to 10^-0.5 at T = 64" in cap
 
@@ -298,7 +311,7 @@ def _data_y(ax):
 
 
 def test_decay_figure_legend_has_one_measured_and_one_theory_style_and_its_title():
-    fig = report.figure_decay({"decay": _decay(-6.0)})
+    fig = figures.figure_decay({"decay": _decay(-6.0)})
     assert [t.get_text() for t in fig.legends[0].texts] == [
         "series", "RNN ρ=0.9", ATTENTION, "curve", "measured", "theory / bound"]
     assert fig._suptitle.get_text() == "RNN: ‖∂h_T/∂h_(T−k)‖;  attention: ‖∂y_T/∂x_(T−k)‖"
@@ -308,7 +321,7 @@ def test_decay_figure_legend_has_one_measured_and_one_theory_style_and_its_title
 def test_decay_figure_draws_a_value_exactly_on_the_window_as_it_is_on_a_shared_axis():
     # -60 decades is inside the window (|v| > 60 is beyond): no edges, no note, nothing moved;
     # the panels share one y axis, so the identity panel reaches down to -60 too
-    fig = report.figure_decay({"decay": _decay(-60.0)})
+    fig = figures.figure_decay({"decay": _decay(-60.0)})
     ident, tanh = _panel(fig, "identity"), _panel(fig, "tanh")
     for ax in (ident, tanh):
         assert _edges(ax) == [] and len(ax.texts) == 0
@@ -319,7 +332,7 @@ def test_decay_figure_draws_a_value_exactly_on_the_window_as_it_is_on_a_shared_a
 
 def test_decay_figure_draws_values_beyond_the_window_on_its_dotted_edges_with_a_note():
     # +75 decades (an exploding tanh value) is drawn on the +60 edge, not above it
-    fig = report.figure_decay({"decay": _decay(75.0)})
+    fig = figures.figure_decay({"decay": _decay(75.0)})
     fig.canvas.draw()
     for act in ("identity", "tanh"):
         ax = _panel(fig, act)
@@ -341,7 +354,7 @@ def test_decay_figure_draws_values_beyond_the_window_on_its_dotted_edges_with_a_
 def test_clipping_figure_legend_says_before_and_after_clipping():
     c = pd.DataFrame({"rho": [0.5, 1.5], "log10_far_over_near_before": [-4.0, 3.0],
                       "log10_far_over_near_after": [-4.0, 3.0]})
-    fig = report.figure_clipping({"clipping": c})
+    fig = figures.figure_clipping({"clipping": c})
     assert [t.get_text() for t in fig.legends[0].texts] == ["before clipping", "after clipping"]
     plt.close(fig)
 
@@ -350,7 +363,7 @@ def test_attention_path_figure_colours_input_scale_on_viridis():
     # two input scales: the smaller at viridis' dark end, the larger at its yellow end
     lv = pd.DataFrame([{"T": T, "input_scale": s, "log10_level": -s, "log10_min": -s - 1,
                         "log10_max": -s + 1} for s in (1.0, 4.0) for T in (10, 100, 1000)])
-    fig = report.figure_attention_path({"attention_level": lv})
+    fig = figures.figure_attention_path({"attention_level": lv})
     viridis = matplotlib.colormaps["viridis"]
     drawn = {float(ln.get_ydata()[0]): mcolors.to_rgba(ln.get_color())
              for ln in fig.axes[0].lines if len(ln.get_xdata()) == 3}
@@ -364,16 +377,17 @@ def test_attention_path_figure_colours_input_scale_on_viridis():
     plt.close(fig)
 
 
-def test_save_keeps_what_lies_outside_the_figure(tmp_path):
+def test_encode_keeps_what_lies_outside_the_figure():
     # the decay figure's title sits above the figure (y = 1.02): the files must hold it
+    import io
     fig = plt.figure(figsize=(2, 1))
     fig.text(0.5, 1.5, "above")                    # 0.5 in above the top edge
     fig.text(0.5, -1.5, "below")                   # 1.5 in below the bottom edge
-    report._save(fig, tmp_path, "x")
+    files = figures.encode(fig)
     from PIL import Image
-    with Image.open(tmp_path / "x.png") as im:
+    with Image.open(io.BytesIO(files["png"])) as im:
         assert im.size[1] > 2 * 110                # taller than the 1-inch figure: both texts
-    svg = (tmp_path / "x.svg").read_text()
+    svg = files["svg"].decode("utf-8")
     height = float(re.search(r'<svg[^>]*height="([\d.]+)pt"', svg).group(1))
     assert height > 2 * 72
 
@@ -387,28 +401,28 @@ def _clip_rows(*rows):
 
 
 def test_clipping_caption_says_what_was_clipped_from_the_norms():
-    lesson = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, -9.0)))
+    lesson = captions.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, -9.0)))
     assert "At ρ = 0.5 nothing is clipped" in lesson
     assert lesson.endswith(": clipping stops explosion, it does not rescue vanishing.")
-    both = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.9, 2.0, 0.0, -9.0)))
+    both = captions.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.9, 2.0, 0.0, -9.0)))
     assert "At ρ = 0.9 the gradient is clipped too, from 10^+2.0 to 10^+0.0" in both
     assert "nothing is clipped" not in both and "does not rescue" not in both
-    neither = report.caption_clipping(_clip_rows((1.1, -0.5, -0.5, -1.0)))
+    neither = captions.caption_clipping(_clip_rows((1.1, -0.5, -0.5, -1.0)))
     assert "At ρ = 1.1 the gradient's norm, 10^-0.5, is under the threshold: nothing is clipped" in neither
     assert "cut to" not in neither and "does not rescue" not in neither
 
 
 def test_clipping_caption_whole_sentences_and_where_the_conclusion_holds():
-    lesson = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, -9.0)))
+    lesson = captions.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, -9.0)))
     assert lesson.startswith("Clipping the total gradient to 1 rescales every distance by the same "
                              "factor. At ρ = 1.5 the gradient of norm 10^+6.0 is cut to 10^+0.0")
     assert lesson.endswith("At ρ = 0.5 nothing is clipped and the far contribution stays 10^-9.0 of "
                            "the near one: clipping stops explosion, it does not rescue vanishing.")
-    mild = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.9, 0.5, 0.0, -9.0)))
+    mild = captions.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.9, 0.5, 0.0, -9.0)))
     assert "At ρ = 0.9 the gradient is clipped too, from 10^+0.5 to 10^+0.0" in mild   # half a decade
     assert mild.startswith("Clipping the total gradient to 1 rescales")
     for far in (0.0, 0.5):            # the small radius does not vanish: no conclusion
-        cap = report.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, far)))
+        cap = captions.caption_clipping(_clip_rows((1.5, 6.0, 0.0, -2.0), (0.5, -1.0, -1.0, far)))
         assert cap.endswith("of the near one.") and "rescue" not in cap
-    one = report.caption_clipping(_clip_rows((1.1, -0.5, -0.5, -1.0)))
+    one = captions.caption_clipping(_clip_rows((1.1, -0.5, -0.5, -1.0)))
     assert one.startswith("Clipping the total gradient to 1 rescales") and one.count("At ρ") == 1

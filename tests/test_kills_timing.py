@@ -2,7 +2,8 @@
 
 Written against the mutants of ``harness/infra/timing.py``, ``harness/analysis/walltime.py`` and
 ``harness/infra/stats.py`` that the other tests left alive. The intervals are compared with
-scipy's bootstrap called directly, or with a plain loop twin of the resampling; the
+scipy's bootstrap called directly on the same draws, or with a plain loop twin of the
+resampling; the
 crossover's boundaries with frames whose answer is worked out by hand. No kernel is
 compiled and no wall-clock time is asserted on: the timer is faked.
 """
@@ -47,11 +48,18 @@ class _FakeRounds:
                 {k: 1 for k in fns})
 
 
-def _scipy_interval(x, seed):
-    """The documented interval: scipy's 95 % percentile bootstrap of the median, 2000 resamples."""
+def _scipy_interval(x, seed, **kw):
+    """The documented interval, by scipy: the 95 % percentile bootstrap of the median from
+    2000 resamples, drawn by default_rng(seed) (the draws of ``stats.bootstrap_interval``)."""
+    kw = {"n_resamples": 2000, "method": "percentile", **kw}
     ci = stats.bootstrap((np.asarray(x, np.float64),), np.median, confidence_level=0.95,
-                         n_resamples=2000, method="percentile", random_state=seed).confidence_interval
+                         random_state=np.random.default_rng(seed), **kw).confidence_interval
     return float(ci.low), float(ci.high)
+
+
+def _same(got, want):
+    """Equal up to the rounding of the quantiles' interpolation (NumPy's against scipy's)."""
+    return got == pytest.approx(want, rel=1e-12)
 
 
 # eight rounds: with these the bootstrap's ends depend on its seed
@@ -61,10 +69,9 @@ ROUNDS8 = np.array([1.26, 1.3, 1.81, 1.09, 1.6, 1.73, 1.19, 1.06])
 def test_the_eight_rounds_interval_depends_on_seed_count_and_method():
     """The premise of the tests below: seed, resample count and method each move the ends."""
     base = _scipy_interval(ROUNDS8, 0)
-    assert base != _scipy_interval(ROUNDS8, 1)
-    for kw in ({"n_resamples": 9999, "method": "percentile"}, {"n_resamples": 2000, "method": "BCa"}):
-        ci = stats.bootstrap((ROUNDS8,), np.median, random_state=0, **kw).confidence_interval
-        assert (float(ci.low), float(ci.high)) != base
+    assert not _same(base, _scipy_interval(ROUNDS8, 1))
+    for kw in ({"n_resamples": 9999}, {"method": "BCa"}):
+        assert not _same(base, _scipy_interval(ROUNDS8, 0, **kw))
 
 
 # ============================================================================ _fit
@@ -84,6 +91,63 @@ def test_log_crossing_computes_in_float64_whatever_the_input():
     assert fit.log_crossing(Ts, gap) == want
     assert fit.log_crossing(Ts, gap.astype(np.float64)) == want
     assert fit.log_crossing(Ts.astype(np.float64), gap) == want
+
+
+def _median_ratio(a, b, axis=-1):
+    return np.median(a, axis=axis) / np.median(b, axis=axis)
+
+
+def test_bootstrap_interval_is_scipys_paired_percentile_bootstrap():
+    """Two samples resampled with the same rounds, at any count, confidence and seed."""
+    rng = np.random.default_rng(7)
+    a, b = rng.uniform(1, 2, 9), rng.uniform(1, 2, 9)
+    for seed, resamples, confidence in ((0, 2000, 0.95), (5, 500, 0.9)):
+        ci = stats.bootstrap((a, b), _median_ratio, paired=True, n_resamples=resamples,
+                             confidence_level=confidence, method="percentile",
+                             random_state=np.random.default_rng(seed)).confidence_interval
+        got = fit.bootstrap_interval(lambda x, y: _median_ratio(x, y, axis=1), a, b, seed=seed,
+                                     resamples=resamples, confidence=confidence)
+        assert _same(got, (ci.low, ci.high))
+    # unpaired (each sample its own rounds) would be another interval
+    ci = stats.bootstrap((a, b), _median_ratio, n_resamples=2000, method="percentile",
+                         random_state=np.random.default_rng(0)).confidence_interval
+    assert not _same(fit.bootstrap_interval(lambda x, y: _median_ratio(x, y, axis=1), a, b),
+                     (ci.low, ci.high))
+
+
+def test_bootstrap_interval_resamples_the_first_axis_of_a_rounds_by_T_grid():
+    """A (rounds, T) sample: whole rounds are drawn, every T of a round together (a loop twin)."""
+    grid = np.random.default_rng(3).uniform(1, 2, size=(6, 4))
+    idx = np.random.default_rng(11).integers(0, 6, size=(300, 6))
+    want = np.quantile([np.median(grid[i], axis=0).sum() for i in idx], [0.025, 0.975])
+    got = fit.bootstrap_interval(lambda g: np.median(g, axis=1).sum(axis=1), grid, seed=11,
+                                 resamples=300)
+    assert _same(got, tuple(want))
+
+
+def test_bootstrap_interval_needs_the_statistic_in_confidence_of_the_resamples():
+    """A NaN statistic (a crossing a resample does not bracket) counts as none: the quantiles
+    of the others when they are at least 95 % of the resamples, else no interval."""
+    x = np.arange(5.0)
+    idx = np.random.default_rng(2).integers(0, 5, size=(400, 5))
+
+    def mean_unless(times):                 # NaN when round 0 is drawn ``times`` times or more
+        return lambda r: np.where((r == 0).sum(axis=1) >= times, np.nan, r.mean(axis=1))
+    for times in (1, 4):                    # 35 % and 98.75 % of these resamples have one
+        defined = (idx == 0).sum(axis=1) < times
+        got = fit.bootstrap_interval(mean_unless(times), x, seed=2, resamples=400)
+        if defined.mean() >= 0.95:
+            assert times == 4
+            assert _same(got, tuple(np.quantile(x[idx[defined]].mean(axis=1), [0.025, 0.975])))
+        else:
+            assert times == 1 and all(math.isnan(v) for v in got)
+
+
+def test_bootstrap_interval_under_three_rounds_or_of_uneven_rounds():
+    assert all(math.isnan(v) for v in fit.bootstrap_interval(lambda r: r.mean(axis=1), [1.0, 2.0]))
+    assert fit.bootstrap_interval(lambda r: r.mean(axis=1), [1.0, 2.0, 4.0]) != (math.nan,) * 2
+    with pytest.raises(ValueError, match="same rounds"):
+        fit.bootstrap_interval(lambda a, b: a.mean(axis=1), [1.0, 2.0, 3.0], [1.0, 2.0])
 
 
 # ============================================================================ timing
@@ -113,8 +177,8 @@ def test_time_interleaved_shuffles_from_seed_zero_by_default():
 
 def test_median_interval_is_scipys_percentile_bootstrap_at_its_seed():
     med = float(np.median(ROUNDS8))
-    assert timing.median_interval(ROUNDS8) == (med, *_scipy_interval(ROUNDS8, 0))
-    assert timing.median_interval(ROUNDS8, seed=3) == (med, *_scipy_interval(ROUNDS8, 3))
+    assert _same(timing.median_interval(ROUNDS8), (med, *_scipy_interval(ROUNDS8, 0)))
+    assert _same(timing.median_interval(ROUNDS8, seed=3), (med, *_scipy_interval(ROUNDS8, 3)))
     assert timing.median_interval(list(ROUNDS8), 3) == timing.median_interval(ROUNDS8, 3)
 
 
@@ -123,7 +187,7 @@ def test_median_interval_computes_in_float64_whatever_the_input():
     x32 = np.array([1, 1, one_up, one_up], np.float32)
     med, lo, hi = timing.median_interval(x32)
     assert med == 1.0 + 2.0 ** -24                                 # not representable in float32
-    assert (lo, hi) == _scipy_interval(x32.astype(np.float64), 0)
+    assert _same((lo, hi), _scipy_interval(x32.astype(np.float64), 0))
 
 
 def test_median_interval_of_constant_rounds_is_that_constant_even_infinite():
@@ -183,8 +247,9 @@ def test_timed_calls_warm_up_on_a_tiny_input_of_the_timed_dtype():
     for (_, w), (_, t) in zip(warm, timed):
         assert t[0][1] == np.float32                               # X, as asked
         assert [dt for _, dt in w] == [dt for _, dt in t]          # the same specialisation
-        assert max(max(s) for s, _ in w) == 2                      # every array at most 2 x 2
-        assert max(max(s) for s, _ in t) == 7                      # T = 7, d = 5
+        assert w[0][0] == (2, 2) and t[0][0] == (7, 5)              # X: T x d, tiny, then timed
+        # the weights at d = 2: at most a gated recurrence's 4 gates x d rows
+        assert max(max(s) for s, _ in w) <= 4 * 2
 
 
 # ============================================================================ walltime: rounds
@@ -200,11 +265,11 @@ def test_measure_wall_times_intervals_at_seed_T_and_the_exact_mac_rate():
     with mock.patch.object(walltime.timing, "time_interleaved", fake), \
             mock.patch.object(walltime, "_calls", _fake_calls):
         t = walltime.measure_wall_times(cfg)
-    assert _scipy_interval(ROUNDS8, 5) != _scipy_interval(ROUNDS8, 0)
+    assert not _same(_scipy_interval(ROUNDS8, 5), _scipy_interval(ROUNDS8, 0))
     for r in t.itertuples():
         x = (names.index(r.model) + 1) * 1e-4 * ROUNDS8
         assert r.seconds == float(np.median(x))
-        assert (r.seconds_lo, r.seconds_hi) == _scipy_interval(x, r.T)   # one seed per T
+        assert _same((r.seconds_lo, r.seconds_hi), _scipy_interval(x, r.T))   # one seed per T
         macs = models.variants()[r.model][1].macs(r.T, 3)
         assert r.gmacs_per_s == pytest.approx(macs / r.seconds * 1e-9, rel=1e-12)
 
@@ -215,7 +280,7 @@ def test_matmul_rates_intervals_at_seed_d():
     with mock.patch.object(walltime.timing, "time_interleaved", fake):
         res = walltime.matmul_rates(3, cfg, T=4)
     lo, hi = _scipy_interval(1e-3 * ROUNDS8, 3)
-    assert (lo, hi) != _scipy_interval(1e-3 * ROUNDS8, 0)
+    assert not _same((lo, hi), _scipy_interval(1e-3 * ROUNDS8, 0))
     gemm = 4 * 4 * 3                                              # (T x d) @ (d x T)
     assert res["gemm_gmacs_lo"] == pytest.approx(gemm / hi / 1e9, rel=1e-12)
     assert res["gemm_gmacs_hi"] == pytest.approx(gemm / lo / 1e9, rel=1e-12)

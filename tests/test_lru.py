@@ -299,6 +299,51 @@ def test_complex_dH_for_a_real_H_is_refused():
     assert g.dX.dtype == np.float64
 
 
+@pytest.mark.parametrize("other", ["lam", "B", "h0", "X"])
+def test_backward_refuses_states_of_another_forward_in_any_sequence(other):
+    # Before: H from lru.forward(X, lam / 2, B) gave a dlam wrong in every entry, silently.
+    X, lam, B, h = make(8, np.float64, "complex", True, "full", t=40)
+    args = dict(X=X, lam=lam, B=B, h0=h)
+    args[other] = {"lam": lam / 2, "B": 2 * B, "h0": h + 1, "X": X + 1}[other]
+    H = lru.forward(**args)
+    H[0] = lru.forward(X, lam, B, h)[0]                  # sequence 0 matches; sequence 1 does not
+    with pytest.raises(ValueError, match=r"^H does not follow from X, lam, B and h0: at step "
+                                         r"t=\d+ of sequence 1"):
+        lru.backward(X, H, lam, B, upstream(H), h)
+
+
+@pytest.mark.parametrize("method", lru.METHODS)
+@pytest.mark.parametrize("prec", [np.float32, np.float64])
+def test_matching_states_are_never_refused(method, prec):
+    """No false alarm: the parallel scans' states too, 2^16 steps on the ring near 1."""
+    for seed, (r_min, r_max) in enumerate([(0.3, 0.6), (0.9, 0.999), (0.999, 1.0)]):
+        rng = np.random.default_rng(seed)
+        cplx = lru.COMPLEX[np.dtype(prec)]
+        lam = (rng.uniform(r_min, r_max, 16) * np.exp(1j * rng.uniform(-math.pi, math.pi, 16)))
+        B = (rng.normal(size=(16, 8)) + 1j * rng.normal(size=(16, 8))) / 4
+        X = rng.normal(size=(2, 2 ** 16, 8)).astype(prec)
+        h0 = rng.normal(size=(2, 16)).astype(prec)
+        H = lru.forward(X, lam.astype(cplx), B.astype(cplx), h0, method=method)
+        lru.backward(X, H, lam.astype(cplx), B.astype(cplx), H, h0, method=method)
+
+
+@pytest.mark.parametrize("method,lam", [("sequential", 1.5), ("blelloch", 1.5j), ("chunked", -1.5)])
+def test_overflow_is_announced_with_lam_and_its_step(method, lam):
+    # |lam| = 1.5 over T = 2000: float64 overflows near step 1750 (1.5^1750 ~ 1e308); before,
+    # 747 infs (sequential) or 739 NaNs (blelloch) came back.
+    X = np.random.default_rng(1).normal(size=(2000, 2))
+    with pytest.raises(FloatingPointError, match=r"^the LRU overflowed: h_t is not finite from "
+                                                 r"step t=17\d\d of 2000.*max \|lam\| = 1.5 > 1"):
+        lru.forward(X, np.array([lam, 0.5]), np.eye(2), method=method)
+    H = lru.forward(X[:500], np.array([lam, 0.5]), np.eye(2), method=method)   # 1.5^500: finite
+    assert np.isfinite(H).all()
+    lam1 = np.array([1.0, 0.5])                          # the reverse scan overflows on dH
+    with pytest.raises(FloatingPointError, match=r"dl/dh_t is not finite from step t=\d+ of 2000 "
+                                                 r"\(the reverse scan runs from t=T down\).*dH"):
+        lru.backward(X, lru.forward(X, lam1, np.eye(2)), lam1, np.eye(2), np.full((2000, 2), 1e306),
+                     method=method)
+
+
 @pytest.mark.parametrize("value", [np.float64(2.0), [[1.0, 2.0]], np.ones((2, 2, 2, 2)), (1.0, 2.0),
                                    np.array([["a", "b"]]), 3.0, np.ones((3, 3), dtype=np.float32)])
 @pytest.mark.parametrize("arg", ["X", "lam", "B", "h0", "H", "dH"])
@@ -446,3 +491,29 @@ def test_chunked_scaling_is_tidy_with_its_noise_floor():
     assert list(frame.noise_floor) == [False, True]
     assert (frame.seconds > 0).all() and (frame.speedup_low <= frame.speedup_high).all()
     assert frame.speedup.iloc[0] == frame.speedup_low.iloc[0] == 1.0          # the base itself
+
+
+def test_chunked_scaling_interval_is_scipys_bootstrap_of_the_per_round_ratios(monkeypatch):
+    """Each speed-up's interval: scipy's 95 % percentile bootstrap of the median of the per-round
+    ratios, on the draws of ``stats.bootstrap_interval`` (2000 from default_rng(seed))."""
+    from scipy import stats
+
+    from harness.infra import timing
+    load = np.random.default_rng(3).uniform(0.8, 1.25, size=(3, 7))    # 7 rounds per label
+
+    def fake(fns, rounds, min_sample_s, seed=0):                       # 1 thread: 2 s, 2: 1 s
+        assert rounds == 7 and min_sample_s == 0.0 and seed == 4
+        secs = dict(zip((1, 2, "floor"), (2.0 * load[0], 1.0 * load[1], 2.0 * load[2])))
+        return {k: secs[k] for k in fns}, {k: 1 for k in fns}
+    monkeypatch.setattr(timing, "time_interleaved", fake)
+    cfg = dataclasses.replace(config.LRU, scaling_T=8, scaling_d=2, scaling_rounds=7,
+                              scaling_threads=(1, 2))
+    frame = fam.chunked_scaling(cfg, seed=4).set_index(["threads", "noise_floor"])
+    for (threads, floor), other in (((2, False), 1), ((1, True), 2)):
+        ratio = 2.0 * load[0] / (load[other] * (2.0 if floor else 1.0))
+        ci = stats.bootstrap((ratio,), np.median, n_resamples=2000, method="percentile",
+                             random_state=np.random.default_rng(4)).confidence_interval
+        row = frame.loc[(threads, floor)]
+        assert row.speedup == np.median(ratio)
+        assert (row.speedup_low, row.speedup_high) == pytest.approx((ci.low, ci.high), rel=1e-12)
+        assert row.speedup_low < row.speedup_high

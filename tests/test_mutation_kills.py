@@ -160,17 +160,6 @@ def test_median_interval_closed_forms():
     assert med == 3.0 and 1.0 <= lo <= med <= hi <= 100.0 and lo < hi
 
 
-@pytest.mark.parametrize("ratio,lo,hi,floor,word", [
-    (1.5, 1.2, 1.8, 0.1, "slower"), (0.6, 0.5, 0.8, 0.1, "faster"),
-    (1.05, 0.95, 1.15, 0.1, "no measurable difference"),
-    (1.2, 1.1, 1.3, 0.1, "no measurable difference"),       # lo = 1 + floor: not outside
-    (0.8, 0.7, 0.9, 0.1, "no measurable difference"),       # hi = 1 - floor: not outside
-    (1.2, 1.1000001, 1.3, 0.1, "slower"), (0.8, 0.7, 0.8999999, 0.1, "faster"),
-])
-def test_compare_to_floor_ranks_only_outside_the_floor(ratio, lo, hi, floor, word):
-    assert timing.compare_to_floor(ratio, lo, hi, floor) == word
-
-
 # ============================================================================ walltime
 
 D = 100                         # counted crossover of the grid and mix against the RNN: T = d
@@ -486,9 +475,6 @@ def test_atomic_write_makes_a_readable_file_with_the_exact_bytes(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o640           # 0o666 less the umask
     open_to_all = _with_umask(0, _io.atomic_write_bytes, tmp_path / "c.bin", b"c")
     assert stat.S_IMODE(open_to_all.stat().st_mode) == 0o666
-    frame = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
-    _io.atomic_write_csv(frame, tmp_path / "f.csv")
-    assert (tmp_path / "f.csv").read_text() == "a,b\n1,x\n2,y\n"
     _io.atomic_write_text(tmp_path / "t.txt", "ρ = 0.9")
     assert (tmp_path / "t.txt").read_bytes() == "ρ = 0.9".encode("utf-8")
 
@@ -556,8 +542,8 @@ def _decay_frames(respected=(True, False, True)):
 
 
 def test_decay_caption_states_the_rows_it_names():
-    from harness import report
-    cap = report.caption_decay(_decay_frames())
+    from harness.report import captions
+    cap = captions.caption_decay(_decay_frames())
     _states(cap, 8, 0)                                   # the farthest distance
     _states(cap, -12.3, 1)                               # linear RNN, rho = 0.9, k = 8
     _states(cap, 8 * math.log10(0.9), 1)                 # its theory
@@ -574,19 +560,19 @@ def test_decay_caption_states_the_rows_it_names():
     _states(cap, math.log(0.9), 4)
     _states(cap, 2, 0)
     _states(cap, 3, 0)                                   # 2 of the 3 tanh rows respect it
-    every = report.caption_decay(_decay_frames(respected=(True, True, True)))
+    every = captions.caption_decay(_decay_frames(respected=(True, True, True)))
     assert every != cap
     _states(every, 3, 0)
 
 
 def test_clipping_caption_states_the_largest_and_the_smallest_radius():
-    from harness import report
+    from harness.report import captions
     c = pd.DataFrame({"rho": [1.5, 0.5, 1.0], "threshold": 7.0,
                       "log10_total_before": [12.3, -2.1, 0.4],
                       "log10_total_after": [0.8451, -2.1, 0.4],
                       "log10_far_over_near_before": [-3.4, -7.6, 0.1],
                       "log10_far_over_near_after": [-3.6, -7.8, 0.2]})
-    cap = report.caption_clipping({"clipping": c})
+    cap = captions.caption_clipping({"clipping": c})
     for value, places in ((7, 0), (1.5, 1), (12.3, 1), (0.8451, 1), (-3.4, 1), (-3.6, 1),
                           (0.5, 1), (-7.8, 1)):
         _states(cap, value, places)
@@ -595,14 +581,14 @@ def test_clipping_caption_states_the_largest_and_the_smallest_radius():
 
 
 def test_depth_caption_states_first_and_last_T():
-    from harness import report
+    from harness.report import captions
     rows = []
     for T, a_span, a_path, a_sc in ((50, 9, 2, 23), (10, 9, 2, 17), (100, 11, 3, 29)):
         rows.append(dict(model=RECURRENCE, T=T, d=16, span=3 * T, max_path=2 * T + 1,
                          scalar_span=7 * T))
         rows.append(dict(model=ATTENTION, T=T, d=16, span=a_span, max_path=a_path,
                          scalar_span=a_sc))
-    cap = report.caption_depth({"depth": pd.DataFrame(rows)})
+    cap = captions.caption_depth({"depth": pd.DataFrame(rows)})
     for value in (16, 30, 300, 10, 100, 21, 201, 11, 3, 17, 29):
         _states(cap, value, 0)
     for wrong in (150, 101, 23, 50):                    # the middle T, where the frame starts
@@ -625,8 +611,8 @@ def _schedule_caption_frame():
 
 
 def test_schedule_caption_states_steps_spans_and_plateaus():
-    from harness import report
-    cap = report.caption_schedule({"schedule": _schedule_caption_frame()})
+    from harness.report import captions
+    cap = captions.caption_schedule({"schedule": _schedule_caption_frame()})
     # T, d; the RNN at P = T; its span and the first P within 1 % of its floor; attention's
     # steps on one processor and at the largest P; the element grain's plateau, in units of d
     for value in (20, 4, 62, 60, 100, 9, 84, 5, 17):
@@ -651,18 +637,18 @@ def test_plateau_is_the_first_P_within_the_tolerance_of_the_floor():
 @pytest.mark.parametrize("measured,extrapolated,T,ratio", [(200.0, 900.0, 200.0, 3.125),
                                                            (np.nan, 500.0, 500.0, 500 / 64)])
 def test_work_caption_counted_and_measured_crossover(measured, extrapolated, T, ratio):
-    from harness import report
+    from harness.report import captions, numbers
     d = 64
     w = pd.DataFrame([dict(model=m, T=t, d=d, macs=(2 * t * d * d if m == RECURRENCE else 2 * t * t * d))
                       for m in (RECURRENCE, ATTENTION) for t in (10, 30, 300, 1000)])
-    assert report.counted_crossover(w) == pytest.approx(d)          # between 30 and 300
+    assert numbers.counted_crossover(w) == pytest.approx(d)          # between 30 and 300
     x = pd.DataFrame([dict(d=d, variant=ATTENTION + "+proj", counted_T=np.nan, measured_T=11.0,
                            extrapolated_T=np.nan, gemm_over_matvec=0.5, measured_T_lo=np.nan,
                            measured_T_hi=np.nan, predicted_T=np.nan),
                       dict(d=d, variant=ATTENTION, counted_T=d, measured_T=measured,
                            extrapolated_T=extrapolated, gemm_over_matvec=7.4,
                            measured_T_lo=np.nan, measured_T_hi=np.nan, predicted_T=np.nan)])
-    cap = report.caption_work({"work": w, "crossover": x})
+    cap = captions.caption_work({"work": w, "crossover": x})
     for value, places in ((d, 0), (T, 0), (ratio, 1)):
         _states(cap, value, places)
     _lacks(cap, 11.0, 0)
@@ -671,13 +657,13 @@ def test_work_caption_counted_and_measured_crossover(measured, extrapolated, T, 
 
 
 def test_maps_caption_states_the_diagonal_counts_and_the_row_maxima():
-    from harness import report
+    from harness.report import captions
     s = pd.DataFrame({"setting": ["length 1", "length 3", "projected"], "rows": [6, 6, 6],
                       "rows_max_on_diagonal": [5, 6, 2], "mean_self_weight": [0.411, 0.822, 0.133]})
     rm = pd.DataFrame([dict(d_k=dk, scaled=sc, row_max=v, draws=50) for dk, sc, v in
                        ((8, False, 0.611), (8, True, 0.322), (64, False, 0.744),
                         (64, True, 0.355), (512, False, 0.977), (512, True, 0.488))])
-    cap = report.caption_maps({"attention_diagonal": s, "row_max": rm})
+    cap = captions.caption_maps({"attention_diagonal": s, "row_max": rm})
     for value, places in ((5, 0), (6, 0), (2, 0), (0.411, 3), (0.822, 3), (0.611, 3), (0.977, 3),
                           (0.322, 3), (0.488, 3), (8, 0), (512, 0)):
         _states(cap, value, places)
@@ -687,7 +673,7 @@ def test_maps_caption_states_the_diagonal_counts_and_the_row_maxima():
 
 
 def test_additive_caption_states_the_row_maxima_and_both_routes():
-    from harness import report
+    from harness.report import captions
     rows = []
     for i in range(3):
         for j in range(3):
@@ -698,7 +684,7 @@ def test_additive_caption_states_the_row_maxima_and_both_routes():
     r = pd.DataFrame({"va_scale": [4.0, 0.5, 1.0], "value_norm": [1.1111, 2.8303, 2.2222],
                       "score_norm": [3.3333, 0.2556, 0.6666],
                       "value_over_score": [0.33, 11.07, 3.33]})
-    cap = report.caption_additive({"additive_maps": pd.DataFrame(rows), "additive_routes": r})
+    cap = captions.caption_additive({"additive_maps": pd.DataFrame(rows), "additive_routes": r})
     for value, places in ((0.34, 3), (0.38, 3), (1 / 3, 3), (2.8303, 4), (0.2556, 4), (11.07, 1),
                           (4, 0), (1.1111, 4), (3.3333, 4), (0.33, 1), (0.007, 3)):
         _states(cap, value, places)
@@ -707,21 +693,21 @@ def test_additive_caption_states_the_row_maxima_and_both_routes():
 
 
 def test_wall_caption_states_threads_exponents_and_the_rnn_step():
-    from harness import report
+    from harness.report import captions
     w = pd.DataFrame([dict(model=m, T=T, d=32, threads=3, seconds_per_step=sps)
                       for m, T, sps in ((RECURRENCE, 10, 1e-6), (RECURRENCE, 20, 4e-6),
                                         (RECURRENCE, 40, 2.5e-6), (ATTENTION, 10, 9e-6))])
     e = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "exponent": [1.0312, 1.8765],
                       "exponent_lo": np.nan, "exponent_hi": np.nan})
-    cap = report.caption_wall({"wall_times": w, "exponents": e})
+    cap = captions.caption_wall({"wall_times": w, "exponents": e})
     for value, places in ((3, 0), (32, 0), (1.03, 2), (1.88, 2), (2.5, 1)):
         _states(cap, value, places)
-    one = report.caption_wall({"wall_times": w.assign(threads=1), "exponents": e})
+    one = captions.caption_wall({"wall_times": w.assign(threads=1), "exponents": e})
     assert one != cap.replace("3 threads", "1 thread") or "threads" not in one
 
 
 def test_history_caption_states_the_newest_commit():
-    from harness import report
+    from harness.report import captions
     h = pd.DataFrame([dict(commit=c, series=s, T=T, d=128, seconds=sec)
                       for c, s, T, sec in (("old", "rnn forward", 1024, 0.5),
                                            ("old", "attention forward", 1024, 0.6),
@@ -729,16 +715,16 @@ def test_history_caption_states_the_newest_commit():
                                            ("new", "rnn forward", 1024, 0.00123),
                                            ("new", "attention forward", 1024, 0.00456),
                                            ("new", "attention backward", 1024, 0.00789))])
-    cap = report.caption_history({"asv_history": h})
+    cap = captions.caption_history({"asv_history": h})
     for value, places in ((2, 0), (128, 0), (1024, 0), (1.23, 2), (4.56, 2)):
         _states(cap, value, places)
     for wrong in (7.1, 7.89, 500.0, 600.0):
         _lacks(cap, wrong, 2)
-    alone = report.caption_history({"asv_history": h[h.series != "attention forward"]})
+    alone = captions.caption_history({"asv_history": h[h.series != "attention forward"]})
     _lacks(alone, 1.23, 2)                               # no pair at the newest commit: no tail
     single = pd.concat([h[h.commit == "old"], h[(h.commit == "new") & (h.series == "rnn forward")
                                                 & (h["T"] == 64)]])
-    solo = report.caption_history({"asv_history": single})
+    solo = captions.caption_history({"asv_history": single})
     for wrong in (500.0, 600.0, 7.1):                    # the newest commit alone has no pair
         _lacks(solo, wrong, 2)
 
@@ -867,16 +853,6 @@ def test_count_table_marks_the_lessons_parts():
     assert (c["T"] == 3).all() and (c.d == 2).all()
 
 
-def test_lesson_table_columns_and_ratio():
-    from harness.analysis import depth
-    tab = depth.lesson_table(4, (2, 8))
-    assert list(tab.columns) == ["T", "rnn_macs", "attention_macs", "ratio", "T_over_d"]
-    assert tab["T"].tolist() == [2, 8]
-    assert tab.rnn_macs.tolist() == [2 * 2 * 16, 2 * 8 * 16]
-    assert tab.attention_macs.tolist() == [2 * 4 * 4, 2 * 64 * 4]
-    assert tab.ratio.tolist() == [0.5, 2.0] and tab.T_over_d.tolist() == [0.5, 2.0]
-
-
 def test_traces_are_cached_by_model_T_and_d():
     from harness.analysis import depth
     traces = {}
@@ -907,7 +883,7 @@ def _asv_file(folder, name, payload):
 
 
 def test_asv_results_are_read_into_one_row_per_timing(tmp_path):
-    from harness import report
+    from harness.report import history
     box = tmp_path / "box"
     params = [["'rnn'", "'attention'"], ["64", "256"]]
     _asv_file(box, "machine.json", {"results": {"x.time_y": [[9.0], []]}})     # not results
@@ -926,7 +902,7 @@ def test_asv_results_are_read_into_one_row_per_timing(tmp_path):
     _asv_file(tmp_path / "other", "e.json", {
         "commit_hash": "fedcba98", "date": 1_700_086_400_000,
         "results": {"k.Kernels.time_backward": [[3.0, 4.0], [["'rnn'"], ["64", "256"]]]}})
-    h = report.read_asv_results(str(tmp_path))
+    h = history.read_asv_results(str(tmp_path))
     assert list(h.columns) == ["benchmark", "params", "commit", "date", "seconds"]
     got = [(r.benchmark, r.params, r.commit, r.seconds) for r in h.itertuples()]
     assert got == [("k.Kernels.time_forward", "'rnn', 64", "01234567", 1.0),
@@ -937,12 +913,12 @@ def test_asv_results_are_read_into_one_row_per_timing(tmp_path):
                    ("k.Kernels.time_backward", "'rnn', 256", "fedcba98", 4.0)]
     assert h.date.iloc[0] == pd.Timestamp("2023-11-14 22:13:20")
     assert h.date.iloc[-1] == pd.Timestamp("2023-11-15 22:13:20")
-    empty = report.read_asv_results(str(tmp_path / "nothing here"))
+    empty = history.read_asv_results(str(tmp_path / "nothing here"))
     assert len(empty) == 0 and list(empty.columns) == list(h.columns)
 
 
 def test_kernel_history_keeps_one_width_batch_and_dtype_oldest_first():
-    from harness import report
+    from harness.report import history
     rows = []
     for commit, day in (("new", 3), ("old", 1), ("mid", 2)):
         for bench, params, sec in (
@@ -958,17 +934,17 @@ def test_kernel_history_keeps_one_width_batch_and_dtype_oldest_first():
             rows.append(dict(benchmark=bench, params=params, commit=commit,
                              date=pd.Timestamp("2026-01-01") + pd.Timedelta(days=day),
                              seconds=sec))
-    k = report.kernel_history(pd.DataFrame(rows))
+    k = history.kernel_history(pd.DataFrame(rows))
     assert list(k.columns) == ["commit", "date", "series", "T", "d", "seconds"]
     assert list(k.commit) == ["old"] * 3 + ["mid"] * 3 + ["new"] * 3
     assert list(k.series[:3]) == ["attention forward", "rnn backward", "rnn forward"]
     assert list(k["T"][:3]) == [64, 1024, 64] and (k.d == 256).all()
     assert list(k.seconds) == [2.0, 3.0, 1.0, 4.0, 6.0, 2.0, 6.0, 9.0, 3.0]
     assert list(k.index) == list(range(9))
-    other = report.kernel_history(pd.DataFrame(rows), d=128)
+    other = history.kernel_history(pd.DataFrame(rows), d=128)
     assert list(other.seconds) == [99.0] * 3 and list(other.series) == ["rnn forward"] * 3
-    assert len(report.kernel_history(pd.DataFrame(rows), batch=8)) == 3
-    assert len(report.kernel_history(pd.DataFrame(rows), dtype="float32")) == 3
+    assert len(history.kernel_history(pd.DataFrame(rows), batch=8)) == 3
+    assert len(history.kernel_history(pd.DataFrame(rows), dtype="float32")) == 3
 
 
 # ============================================================================ gradpath
@@ -979,7 +955,8 @@ def test_summarise_reads_each_configuration_sorted_by_distance():
     for rho, M in ((0.5, 1.0), (0.9, 2.0)):
         for k in (3, 1, 4, 2):                                   # stored out of order
             rows.append(dict(model=RECURRENCE, weight="orthogonal", activation="identity",
-                             rho=rho, input_scale=1.0, T=5, d=2, seed=0, sigma_max=rho * (5 - k),
+                             rho=rho, input_scale=1.0, T=5, d=2, seed=0, gate_bias=np.nan,
+                             sigma_max=rho * (5 - k),
                              distance=k, log10_norm=-M * k, log10_probe=-M * k,
                              log10_linear=k * math.log10(rho), log10_bound=k * math.log10(rho)))
     s = gradpath.summarise(pd.DataFrame(rows), fit_from=0.0)
@@ -1511,7 +1488,7 @@ def _bad_calls():
         ("seed", clip(seed=-1)),
         ("rhos", cfg(rhos=(0.0,))), ("activations", cfg(activations=("relu",))),
         ("weights", cfg(weights=("unitary",))), ("input_scales", cfg(input_scales=(-1.0,))),
-        ("Ts", cfg(Ts=(1,))), ("ds", cfg(ds=(0,))), ("models", cfg(models=("gru",))),
+        ("Ts", cfg(Ts=(1,))), ("ds", cfg(ds=(0,))), ("models", cfg(models=("gpt",))),
         ("seed", cfg(seed=-1)), ("measure", cfg(measure="all")), ("exact_max_d", cfg(exact_max_d=-1)),
         ("P", lambda: schedule.schedule(RECURRENCE, 2, 2, (0,))),
     ]
@@ -1572,17 +1549,18 @@ def test_path_levels_summarise_each_length_and_input_scale():
     assert (r.log10_min, r.log10_max) == pytest.approx((p.log10_norm.min(), p.log10_norm.max()))
     assert math.isnan(r.log10_value) and math.isnan(r.log10_score)
     with pytest.raises(ValueError, match="model"):
-        gradpath.path_levels("gru", (4,), (1.0,), 2, cfg)
+        gradpath.path_levels("gpt", (4,), (1.0,), 2, cfg)
 
 
 # ============================================================================ report: the folder and its page
 
 def test_render_html_escapes_and_links_every_file():
-    from harness import report
-    sec = report.Section("k<1>", "T & d", {"a&b": None, "c": None}, "x < y & 'z'", ["fig<1>", "g"],
-                         "<table>T1</table>")
-    plain = report.Section("n", "No figure", {"d": None}, "cap", None)
-    page = report.render_html([sec, plain], {"cpu<": "x86 & co", "n": 3}, "harness report --out <o>")
+    from harness.report import html as report_html
+    sec = report_html.Section("k<1>", "T & d", {"a&b": None, "c": None}, "x < y & 'z'",
+                              ["fig<1>", "g"], "<table>T1</table>")
+    plain = report_html.Section("n", "No figure", {"d": None}, "cap")
+    page = report_html.render_html([sec, plain], {"cpu<": "x86 & co", "n": 3},
+                                   "harness report --out <o>")
     assert '<section id="k&lt;1&gt;"><h2>T &amp; d</h2>' in page
     assert '<img src="fig&lt;1&gt;.png" alt="T &amp; d">' in page and '<img src="g.png"' in page
     assert '<p class="caption" data-section="k&lt;1&gt;">x &lt; y &amp; &#x27;z&#x27;</p>' in page
@@ -1598,16 +1576,17 @@ def test_render_html_escapes_and_links_every_file():
 
 
 def test_table1_formats_counts_with_separators():
-    from harness import report
+    from harness.report import html as report_html
     dt = pd.DataFrame([dict(model=RECURRENCE, T=1000, d=512, macs=524288000, flops=1048576000,
                             span=3000, max_path=3000, parallelism=1234.56, ops=1, scalar_work=2)])
-    html = report._table1(dt.assign(model="<b>rnn</b>"))
+    html = report_html.depth_table_html(dt.assign(model="<b>rnn</b>"))
     for cell in ("524,288,000", "1,048,576,000", "1,234.6", "&lt;b&gt;rnn&lt;/b&gt;"):
         assert f"<td>{cell}</td>" in html
     heads = re.findall(r"<th>(.*?)</th>", html)
     assert heads == ["model", "T", "d", "macs", "flops", "span", "max_path", "parallelism"]
-    claims = report._claims_html(pd.DataFrame({"claim": ["a < b"], "lesson": ["l"], "measured": ["m"],
-                                               "verdict": ["holds"], "value": [1.0]}))
+    claims = report_html.claims_table_html(pd.DataFrame({"claim": ["a < b"], "lesson": ["l"],
+                                                         "measured": ["m"], "verdict": ["holds"],
+                                                         "value": [1.0]}))
     assert re.findall(r"<th>(.*?)</th>", claims) == ["claim", "lesson", "verdict", "measured"]
     assert "<td>a &lt; b</td>" in claims
 
@@ -1637,25 +1616,25 @@ def test_check_out_refuses_what_it_cannot_use(tmp_path, monkeypatch):
 def test_report_lock_refuses_a_live_writer_and_takes_over_a_dead_ones(tmp_path):
     import subprocess
     import sys
-    from harness import report
+    from harness.report import build
     from harness.infra.files import UsageError
     out = tmp_path / "rep"
     lock = tmp_path / ".rep.lock"
-    with report._lock(out):
+    with build._lock(out):
         assert lock.read_text() == str(os.getpid())
         with pytest.raises(UsageError, match=rf"pid {os.getpid()}"):
-            with report._lock(out):
+            with build._lock(out):
                 pass
     assert not lock.exists()
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True, check=True).stdout)
     for left in (str(dead), "", "garbage"):
         lock.write_text(left)                   # left by a run killed with -9
-        with report._lock(out):
+        with build._lock(out):
             assert lock.read_text() == str(os.getpid())
         assert not lock.exists()
     with pytest.raises(RuntimeError):
-        with report._lock(out):
+        with build._lock(out):
             raise RuntimeError("the run failed")
     assert not lock.exists()
 
@@ -1804,12 +1783,12 @@ def test_rnn_jobs_path_and_memory_follow_the_config():
 
 
 def _one_section(config, progress):
-    from harness import report
+    from harness.report import figures
     progress("clipping")
     c = pd.DataFrame({"rho": [0.5, 1.5], "threshold": 4.0, "log10_total_before": [-1.0, 3.0],
                       "log10_total_after": [-1.0, 0.6], "log10_far_over_near_before": [-2.0, 2.0],
                       "log10_far_over_near_after": [-2.0, 2.0]})
-    yield ("clipping", "Clipping & co", {"clipping": c}, [("clipping", report.figure_clipping)])
+    yield ("clipping", "Clipping & co", {"clipping": c}, [("clipping", figures.figure_clipping)])
 
 
 def _claims(frames):
@@ -1820,10 +1799,11 @@ def _claims(frames):
 
 def test_build_report_writes_a_complete_folder_in_one_move(tmp_path):
     from harness import report
+    from harness.report import build
     out = tmp_path / "reports" / "r1"
     seen = []
-    with mock.patch.object(report, "_sections", _one_section), \
-            mock.patch.object(report.claims, "claims_table", _claims):
+    with mock.patch.object(build, "_sections", _one_section), \
+            mock.patch.object(build.claims, "claims_table", _claims):
         got = _with_umask(0o022, report.build_report, out, None, seen.append, "harness report <x>")
     assert got == out.resolve() and seen == ["clipping"]
     names = _listing(out)
@@ -1843,13 +1823,14 @@ def test_build_report_writes_a_complete_folder_in_one_move(tmp_path):
 
 def test_build_report_failing_leaves_nothing(tmp_path):
     from harness import report
+    from harness.report import build
 
     def broken(config, progress):
         yield from _one_section(config, progress)
         raise RuntimeError("the analyser failed")
     out = tmp_path / "r2"
-    with mock.patch.object(report, "_sections", broken), \
-            mock.patch.object(report.claims, "claims_table", _claims):
+    with mock.patch.object(build, "_sections", broken), \
+            mock.patch.object(build.claims, "claims_table", _claims):
         with pytest.raises(RuntimeError, match="analyser failed"):
             report.build_report(out)
     assert list(tmp_path.iterdir()) == []
@@ -1899,8 +1880,8 @@ def _levels_frame():
 
 
 def test_attention_path_caption_states_the_fall_with_T_and_the_saturated_spread():
-    from harness import report
-    cap = report.caption_attention_path({"attention_level": _levels_frame()})
+    from harness.report import captions
+    cap = captions.caption_attention_path({"attention_level": _levels_frame()})
     # at the smallest input scale: level -2.5 at T = 10, -4.5 at T = 1000, slope -1 in log-log
     for value, places in ((1, 0), (-2.5, 1), (10, 0), (-4.5, 1), (1000, 0), (-1.0, 2),
                           (8, 0), (-9.0 - 7.7, 1), (-9.0 + 0.2, 1), (-4.5 + 0.11, 1),
@@ -1930,45 +1911,46 @@ class _Recorder:
 
 
 def _stubbed_sections(tmp_path, depth_frame=None, history=None):
-    """``report._sections`` with every analyser stubbed by a ``_Recorder``: returns
+    """``build._sections`` with every analyser stubbed by a ``_Recorder``: returns
     (cfg, sections, progress messages, {recorder: calls}, (decay frame, depth frame))."""
-    from harness import report
+    from harness.report import build
+    from harness.report import history as asv
     cfg = dataclasses.replace(
-        report.QUICK, asv_results=str(tmp_path), schedule_d=5,
-        schedule=dataclasses.replace(report.QUICK.schedule, T_values=(7, 9), grains=("element",),
-                                     processors=(1, 3)))
+        config.QUICK_REPORT, asv_results=str(tmp_path), schedule_d=5,
+        schedule=dataclasses.replace(config.QUICK_REPORT.schedule, T_values=(7, 9),
+                                     grains=("element",), processors=(1, 3)))
     if depth_frame is None:
         depth_frame = pd.DataFrame({"model": ["m"], "T": [1], "d": [2], "macs": [3], "flops": [6],
                                     "span": [4]})
     decay_frame = pd.DataFrame({"model": ["rnn", "lru", "attention"], "distance": [1, 2, 3]})
     fakes = {
-        (report.gradpath, "decay_sweep"): _Recorder("decay", lambda c: (decay_frame, "summary")),
-        (report.gradpath, "path_levels"): _Recorder("levels"),
-        (report.clipping, "clipping_experiment"): _Recorder("clipping"),
-        (report.depth, "depth_table"): _Recorder("depth", lambda *a: depth_frame),
-        (report.depth, "traced"): _Recorder("traced", lambda traces, m, T, d: (m, T, d)),
-        (report.schedule, "schedule"): _Recorder("schedule"),
-        (report.walltime, "measure_wall_times"): _Recorder("wall"),
-        (report.walltime, "matmul_rates"): _Recorder("rates", lambda *a: {"gemm_gmacs": 2.0}),
-        (report.walltime, "noise_kernel"): _Recorder("kernel", lambda c: "the kernel"),
-        (report.timing, "noise_floor"): _Recorder("noise", lambda *a: {"noise_floor": 0.01}),
-        (report.walltime, "measured_crossover"): _Recorder("crossover"),
-        (report.walltime, "fit_exponents"): _Recorder("exponents"),
-        (report.peakmem, "measure"): _Recorder("memory"),
-        (report.lessons, "self_attention_maps"): _Recorder("maps"),
-        (report.lessons, "diagonal_share"): _Recorder("diagonal"),
-        (report.lessons, "row_max_vs_dk"): _Recorder("row_max"),
-        (report.lessons, "lesson_draw_percentiles"): _Recorder("lesson_draw"),
-        (report.lessons, "additive_maps"): _Recorder("additive_maps"),
-        (report.lessons, "lesson_additive_routes"): _Recorder("routes"),
+        (build.gradpath, "decay_sweep"): _Recorder("decay", lambda c: (decay_frame, "summary")),
+        (build.gradpath, "path_levels"): _Recorder("levels"),
+        (build.clipping, "clipping_experiment"): _Recorder("clipping"),
+        (build.depth, "depth_table"): _Recorder("depth", lambda *a: depth_frame),
+        (build.depth, "traced"): _Recorder("traced", lambda traces, m, T, d: (m, T, d)),
+        (build.schedule, "schedule"): _Recorder("schedule"),
+        (build.walltime, "measure_wall_times"): _Recorder("wall"),
+        (build.walltime, "matmul_rates"): _Recorder("rates", lambda *a: {"gemm_gmacs": 2.0}),
+        (build.walltime, "noise_kernel"): _Recorder("kernel", lambda c: "the kernel"),
+        (build.timing, "noise_floor"): _Recorder("noise", lambda *a: {"noise_floor": 0.01}),
+        (build.walltime, "measured_crossover"): _Recorder("crossover"),
+        (build.walltime, "fit_exponents"): _Recorder("exponents"),
+        (build.peakmem, "measure"): _Recorder("memory"),
+        (build.lessons, "self_attention_maps"): _Recorder("maps"),
+        (build.lessons, "diagonal_share"): _Recorder("diagonal"),
+        (build.lessons, "row_max_vs_dk"): _Recorder("row_max"),
+        (build.lessons, "lesson_draw_percentiles"): _Recorder("lesson_draw"),
+        (build.lessons, "additive_maps"): _Recorder("additive_maps"),
+        (build.lessons, "lesson_additive_routes"): _Recorder("routes"),
     }
     if history is not None:
-        fakes[(report, "kernel_history")] = _Recorder("history", lambda h: history)
+        fakes[(asv, "kernel_history")] = _Recorder("history", lambda h: history)
     stages = []
     with contextlib.ExitStack() as stack:
         for (module, name), fake in fakes.items():
             stack.enter_context(mock.patch.object(module, name, fake))
-        sections = list(report._sections(cfg, stages.append))
+        sections = list(build._sections(cfg, stages.append))
     return cfg, sections, stages, {f.name: f.calls for f in fakes.values()}, (decay_frame,
                                                                               depth_frame)
 
@@ -1976,9 +1958,9 @@ def _stubbed_sections(tmp_path, depth_frame=None, history=None):
 def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path):
     """Every analyser stubbed: the sections hand each one its own part of the report's config
     and put what it returns, untouched, in the frames of its section."""
-    from harness import report
+    from harness.report import build, captions
     cfg, sections, stages, calls, (decay_frame, depth_frame) = _stubbed_sections(tmp_path)
-    assert len(stages) == report.STAGES
+    assert len(stages) == build.STAGES
     assert calls["decay"] == [((cfg.decay,), {})]
     assert calls["levels"] == [((ATTENTION, cfg.path_T, cfg.path_input_scales, cfg.decay.ds[0],
                                  cfg.decay), {})]
@@ -1998,7 +1980,7 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     assert calls["row_max"] == [((cfg.lessons,), {})] and calls["maps"] == [((cfg.lessons,), {})]
     assert calls["routes"] == [((cfg.lessons.va_scales,), {})]
     by_key = {key: (frames, figs) for key, _, frames, figs in sections}
-    assert set(by_key) <= set(report.CAPTIONS)
+    assert set(by_key) <= set(captions.CAPTIONS)
     assert by_key["decay"][0]["decay"] is decay_frame
     assert by_key["decay"][0]["decay_summary"] == "summary"
     assert list(by_key["recurrence"][0]["lru_decay"].distance) == [2]     # the LRU's rows only
@@ -2029,7 +2011,7 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
 
 
 def test_wall_caption_states_rounds_intervals_and_the_noise_floor():
-    from harness import report
+    from harness.report import captions
     # one T per model: a caption that read a second row would fail on it
     w = pd.DataFrame([dict(model=RECURRENCE, T=64, d=32, threads=1, seconds_per_step=3.3e-6,
                            rounds=7),
@@ -2037,27 +2019,27 @@ def test_wall_caption_states_rounds_intervals_and_the_noise_floor():
     e = pd.DataFrame({"model": [ATTENTION, RECURRENCE], "exponent": [1.8765, 1.0312],
                       "exponent_lo": [1.7111, 0.9222], "exponent_hi": [1.9444, 1.1333]})
     rates = pd.DataFrame({"noise_floor": [0.0234]})
-    cap = report.caption_wall({"wall_times": w, "exponents": e, "rates": rates})
+    cap = captions.caption_wall({"wall_times": w, "exponents": e, "rates": rates})
     for value, places in ((1, 0), (32, 0), (7, 0), (1.03, 2), (0.92, 2), (1.13, 2), (1.88, 2),
                           (1.71, 2), (1.94, 2), (3.3, 1), (2.3, 1)):
         _states(cap, value, places)
     assert cap.index("1.88") < cap.index("1.03")            # in the exponents' order
-    bare = report.caption_wall({"wall_times": w.drop(columns="rounds"),
+    bare = captions.caption_wall({"wall_times": w.drop(columns="rounds"),
                                 "exponents": e.assign(exponent_lo=np.nan, exponent_hi=np.nan)})
     _lacks(bare, 7, 0)
     _lacks(bare, 2.3, 1)
     for wrong in (0.92, 1.13, 1.71, 1.94):
         _lacks(bare, wrong, 2)
     _states(bare, 1, 0)                                       # one round when none is recorded
-    one = report.caption_wall({"wall_times": w, "exponents": e})
-    many = report.caption_wall({"wall_times": w.assign(threads=2), "exponents": e})
+    one = captions.caption_wall({"wall_times": w, "exponents": e})
+    many = captions.caption_wall({"wall_times": w.assign(threads=2), "exponents": e})
     assert "threads" not in one and "threads" in many        # the plural follows the count
-    _lacks(report.caption_wall({"wall_times": w, "exponents": e, "rates": pd.DataFrame({"x": [1]})}),
+    _lacks(captions.caption_wall({"wall_times": w, "exponents": e, "rates": pd.DataFrame({"x": [1]})}),
            2.3, 1)
 
 
 def test_work_caption_states_the_interval_and_the_prediction_from_rates():
-    from harness import report
+    from harness.report import captions
     d = 64
     w = pd.DataFrame([dict(model=m, T=t, d=d, macs=(2 * t * d * d if m == RECURRENCE else 2 * t * t * d))
                       for m in (RECURRENCE, ATTENTION) for t in (10, 300)])
@@ -2065,20 +2047,20 @@ def test_work_caption_states_the_interval_and_the_prediction_from_rates():
                            extrapolated_T=np.nan, gemm_over_matvec=7.4, measured_T_lo=150.0,
                            measured_T_hi=260.0, predicted_T=321.0)])
     rates = pd.DataFrame({"gemm_gmacs": [12.34], "gemv_gmacs": [1.56]})
-    cap = report.caption_work({"work": w, "crossover": x, "rates": rates})
+    cap = captions.caption_work({"work": w, "crossover": x, "rates": rates})
     for value, places in ((150, 0), (260, 0), (12.3, 1), (1.6, 1), (321, 0), (200, 0)):
         _states(cap, value, places)
-    bare = report.caption_work({"work": w, "crossover": x.assign(measured_T_lo=np.nan)})
+    bare = captions.caption_work({"work": w, "crossover": x.assign(measured_T_lo=np.nan)})
     for wrong in (150, 260, 321):
         _lacks(bare, wrong, 0)
     _lacks(bare, 12.3, 1)
 
 
 def test_schedule_caption_names_the_first_P_where_attention_is_faster():
-    from harness import report
+    from harness.report import captions
     s = _schedule_caption_frame()
     s["bounds_ok"] = True
-    cap = report.caption_schedule({"schedule": s})
+    cap = captions.caption_schedule({"schedule": s})
     _states(cap, 20, 0)                          # attention 51 < RNN 62 first at P = 20
     _states(cap, 500 / 62, 1)                    # one processor against T processors
     _states(cap, 20, 0)
@@ -2086,22 +2068,22 @@ def test_schedule_caption_names_the_first_P_where_attention_is_faster():
     assert "all" in cap.split("Brent")[-1]
     tie = s.copy()
     tie.loc[(tie.model == ATTENTION) & (tie.grain == "scalar") & (tie.P == 20), "time"] = 62
-    later = report.caption_schedule({"schedule": tie})
+    later = captions.caption_schedule({"schedule": tie})
     _states(later, 100, 0)                       # a tie is not faster: from P = 100 on
     never = s.copy()
     never.loc[(never.model == ATTENTION) & (never.grain == "scalar"), "time"] = 10**6
-    assert report.caption_schedule({"schedule": never}) != cap
+    assert captions.caption_schedule({"schedule": never}) != cap
     some = s.copy()
     some.loc[some.index[:2], "bounds_ok"] = False
-    assert "all" not in report.caption_schedule({"schedule": some}).split("Brent")[-1]
+    assert "all" not in captions.caption_schedule({"schedule": some}).split("Brent")[-1]
     # word for word: the first P where attention is faster, none, and how many runs are bounded
     n = len(s)
     assert "is faster than the RNN only from P = 20 on;" in cap
     assert "is faster than the RNN only from P = 100 on;" in later
     assert ("is faster than the RNN only at none of the P scheduled;"
-            in report.caption_schedule({"schedule": never}))
+            in captions.caption_schedule({"schedule": never}))
     assert cap.endswith(f"hold on all {n} of {n} runs.")
-    assert report.caption_schedule({"schedule": some}).endswith(f"hold on {n - 2} of {n} runs.")
+    assert captions.caption_schedule({"schedule": some}).endswith(f"hold on {n - 2} of {n} runs.")
 
 
 def test_noise_floor_resamples_every_round_from_its_seed():
@@ -2192,7 +2174,7 @@ def test_rnn_peers_compute_the_kernels_states_and_input_gradient(batch, dtype):
     assert gemm[2] is None and gemm[0]() is None and gemm[1]() is None
     if torch is None:
         return
-    t_fwd, t_bwd, t_out = impls["torch"]
+    t_fwd, t_bwd, t_out, t_both = impls["torch"]
     y = t_fwd()
     assert y.dtype == getattr(torch, dtype)
     _close(y.reshape(H.shape), H, dtype)
@@ -2201,6 +2183,7 @@ def test_rnn_peers_compute_the_kernels_states_and_input_gradient(batch, dtype):
     y, dx = t_out()                                # and the gradient starts afresh
     _close(y, H, dtype)
     _close(dx, dX, dtype)
+    _close(t_both().detach().numpy().reshape(X.shape), dX, dtype)   # a new graph, both passes
 
 
 def models_get(name):
@@ -2311,7 +2294,7 @@ def test_report_sections_are_announced_titled_and_filed_in_order(tmp_path):
     """The report's table of contents, as a reader sees it: each stage's progress line, each
     section's key, title, CSV stems and figures; the schedule shares one trace cache and
     numbers its rows afresh; the recurrence section holds the RNN's and the LRU's forms only."""
-    from harness import models, report
+    from harness import models
     forms = list(models.traced_forms())
     recurrent = [m for m, (fam, _) in models.traced_forms().items()
                  if fam.name in (RECURRENCE, "lru")]
@@ -2385,7 +2368,7 @@ def test_paired_ratio_resamples_rounds_in_pairs():
     rng = np.random.default_rng(11)
     a, b = rng.uniform(1, 2, 7), rng.uniform(1, 2, 7)
     for seed in (0, 5):
-        idx = np.random.default_rng(seed).integers(0, 7, size=(timing.RESAMPLES, 7))
+        idx = np.random.default_rng(seed).integers(0, 7, size=(_fit.RESAMPLES, 7))
         boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
         want = (np.median(a) / np.median(b), *np.quantile(boot, [0.025, 0.975]))
         got = timing.paired_ratio(a, b, seed)
@@ -2483,9 +2466,9 @@ def test_attention_last_row_is_exact_where_the_scores_are_large():
 # ============================================================================ the report page
 
 def test_render_html_frames_the_page_and_counts_broken_images():
-    from harness import report
-    sec = report.Section("s", "S", {"a": None}, "cap", ["f"])
-    page = report.render_html([sec], {}, "cmd")
+    from harness.report import html as report_html
+    sec = report_html.Section("s", "S", {"a": None}, "cap", ["f"])
+    page = report_html.render_html([sec], {}, "cmd")
     assert "\n<h1>What attention buys over recurrence, and what it costs</h1>\n" in page
     assert ("<p>Every number below was measured on this machine by the command at the end of the "
             "page. Each figure links its data (CSV) and an SVG version; "
@@ -2495,19 +2478,19 @@ def test_render_html_frames_the_page_and_counts_broken_images():
     assert ("<script>window.addEventListener('load',function(){var n=0;"
             "for(var i of document.images){if(!i.complete||i.naturalWidth===0)n++;}"
             "document.body.setAttribute('data-broken-images',String(n));});</script>") in page
-    no_fig = report.render_html([report.Section("s", "S", {"a": None}, "cap", None)], {}, "cmd")
+    no_fig = report_html.render_html([report_html.Section("s", "S", {"a": None}, "cap")], {}, "cmd")
     assert '<p><small>data: <a href="a.csv">a.csv</a></small></p>' in no_fig
 
 
 def test_report_tables_carry_their_css_classes_and_no_index():
-    from harness import report
-    claims = report._claims_html(pd.DataFrame({"claim": ["c"], "lesson": ["l"], "verdict": ["v"],
-                                               "measured": ["m"]}))
+    from harness.report import html as report_html
+    claims = report_html.claims_table_html(pd.DataFrame({"claim": ["c"], "lesson": ["l"],
+                                                         "verdict": ["v"], "measured": ["m"]}))
     assert '<table border="1" class="dataframe table claims">' in claims
     assert re.findall(r"<th>(.*?)</th>", claims) == ["claim", "lesson", "verdict", "measured"]
     dt = pd.DataFrame([dict(model="m", T=1, d=2, macs=3, flops=6, span=4, max_path=5,
                             parallelism=1.5)])
-    t1 = report._table1(dt)
+    t1 = report_html.depth_table_html(dt)
     assert '<table border="1" class="dataframe table">' in t1
     assert re.findall(r"<th>(.*?)</th>", t1)[0] == "model"
 
@@ -2551,9 +2534,7 @@ def test_output_set_writes_utf8_csv_without_the_index(tmp_path):
         files.write_text("t.txt", "ρ")
     assert (tmp_path / "f.csv").read_bytes() == "é\n1\n2\n".encode("utf-8")
     assert (tmp_path / "t.txt").read_bytes() == "ρ".encode("utf-8")
-    _io.atomic_write_csv(frame, tmp_path / "g.csv")
     _io.atomic_write_text(tmp_path / "h.txt", "ρ")
-    assert (tmp_path / "g.csv").read_bytes() == "é\n1\n2\n".encode("utf-8")
     assert (tmp_path / "h.txt").read_bytes() == "ρ".encode("utf-8")
 
 
@@ -2563,64 +2544,64 @@ def test_asv_results_follow_the_files_own_columns_and_defaults(tmp_path):
     """A file that lists its columns in another order is read by its names; a missing commit
     or date reads as "" and the epoch; a missing value skips that value, not the rest; a
     file without results is skipped."""
-    from harness import report
+    from harness.report import history
     box = tmp_path / "box"
     _asv_file(box, "a.json", {
         "result_columns": ["params", "version", "result"],
         "results": {"k.Kernels.time_forward": [[["'rnn'"], ["8", "16", "32"]], "v1",
                                                [None, 0.5, 0.75]]}})
     _asv_file(box, "b.json", {"commit_hash": "abc", "date": 5})          # no results at all
-    h = report.read_asv_results(str(tmp_path))
+    h = history.read_asv_results(str(tmp_path))
     assert [(r.params, r.commit, r.seconds) for r in h.itertuples()] == [
         ("'rnn', 16", "", 0.5), ("'rnn', 32", "", 0.75)]
     assert (h.date == pd.Timestamp("1970-01-01")).all()
 
 
 def test_history_caption_without_the_pair_ends_at_the_source():
-    from harness import report
+    from harness.report import captions
     h = pd.DataFrame([dict(commit="c", series="rnn forward", T=64, d=32, seconds=0.1)])
-    assert report.caption_history({"asv_history": h}).endswith(
+    assert captions.caption_history({"asv_history": h}).endswith(
         "across 1 commits, read from asv's results (batch 1, d = 32, float64, asv's median).")
 
 
 def test_kernel_history_reads_the_direction_after_the_last_time_():
-    from harness import report
+    from harness.report import history
     h = pd.DataFrame([dict(benchmark="time_suite.Kernels.time_forward",
                            params="'rnn', 64, 256, 1, 'float64'", commit="c",
                            date=pd.Timestamp("2026-01-01"), seconds=1.0)])
-    assert list(report.kernel_history(h).series) == ["rnn forward"]
+    assert list(history.kernel_history(h).series) == ["rnn forward"]
 
 
 # ============================================================================ captions, word for word
 
 def test_work_caption_word_for_word_without_rates_or_interval():
     """2·T·d² = 2·T²·d at T = d = 64; the fitted curves cross at 500, 500 / 64 = 7.8 d."""
-    from harness import report
+    from harness.report import captions
     d = 64
     w = pd.DataFrame([dict(model=m, T=t, d=d, macs=(2 * t * d * d if m == RECURRENCE else 2 * t * t * d))
                       for m in (RECURRENCE, ATTENTION) for t in (10, 30, 300, 1000)])
     x = pd.DataFrame([dict(d=d, variant=ATTENTION, counted_T=d, measured_T=np.nan,
                            extrapolated_T=500.0, gemm_over_matvec=7.4, measured_T_lo=np.nan,
                            measured_T_hi=np.nan, predicted_T=np.nan)])
-    assert report.caption_work({"work": w, "crossover": x}) == (
+    assert captions.caption_work({"work": w, "crossover": x}) == (
         "Multiplications counted from the traced computation at d = 64: the RNN's 2·T·d² against "
         "attention's 2·T²·d cross at T = 64 (d = 64). Timed on this machine at d = 64, attention's "
         "forward (grid and mix) becomes slower than the RNN's at T ≈ 500 (extrapolated from the "
         "fitted power laws), 7.8× the counted T = 64.")
-    measured = report.caption_work({"work": w, "crossover": x.assign(measured_T=320.0)})
+    measured = captions.caption_work({"work": w, "crossover": x.assign(measured_T=320.0)})
     assert "at T ≈ 320 (measured), 5.0× the counted T = 64." in measured
 
 
 def test_wall_caption_word_for_word_one_thread_no_rounds_no_floor():
     """Without a rounds column a time is one round; the RNN's step is the median over T of
     3.3 and 5.1 µs, 4.2 µs; exponents without an interval are printed bare."""
-    from harness import report
+    from harness.report import captions
     w = pd.DataFrame([dict(model=RECURRENCE, T=64, d=32, threads=1, seconds_per_step=3.3e-6),
                       dict(model=RECURRENCE, T=128, d=32, threads=1, seconds_per_step=5.1e-6),
                       dict(model=ATTENTION, T=64, d=32, threads=1, seconds_per_step=9e-6)])
     e = pd.DataFrame({"model": [ATTENTION, RECURRENCE], "exponent": [1.8765, 1.0312],
                       "exponent_lo": [np.nan, np.nan], "exponent_hi": [np.nan, np.nan]})
-    assert report.caption_wall({"wall_times": w, "exponents": e}) == (
+    assert captions.caption_wall({"wall_times": w, "exponents": e}) == (
         "Forward wall time on this machine (1 thread, d = 32; the median of 1 interleaved rounds, "
         "bars its 95 % interval). Fitted exponents of time against T, with 95 % intervals: "
         "attention 1.88, rnn 1.03. The RNN takes 4.2 µs per step (median over T).")
@@ -2698,31 +2679,36 @@ def test_config_memory_names_the_largest_stage_in_GiB():
         gradpath.path_levels("nope", (8,), (1.0,), 4)
 
 
-def test_build_report_stages_beside_the_folder_and_files_every_part(tmp_path):
-    """The stage is a hidden ``.<name>.<pid>.*.partial`` beside the destination (a dead run's
-    is removed); the CSVs carry no index; the claims section comes first with its counts;
-    machine.json is indented and times the run; the data dictionary is copied beside."""
+def test_build_report_stages_in_the_folder_and_files_every_part(tmp_path):
+    """The files are staged in a hidden ``OutputSet`` folder inside the destination (a dead
+    run's is removed) and moved out of it together; the CSVs carry no index; the claims section
+    comes first with its counts; machine.json is indented and times the run; the data
+    dictionary is copied beside."""
     import json
-    from harness.analysis import claims
     from harness import report
+    from harness.analysis import claims
+    from harness.infra.files import STAGING_PREFIX
+    from harness.report import build
     out = tmp_path / "a" / "b" / "r1"                            # parents made as needed
-    out.parent.mkdir(parents=True)
-    dead = out.parent / ".r1.999999999.x.partial"                # a run killed with -9
+    out.mkdir(parents=True)
+    dead = out / f"{STAGING_PREFIX}999999999-x"                  # a run killed with -9
     dead.mkdir()
     stages = []
-    real_build = report._build
+    real_build = build._build
 
-    def build(stage, *args):
-        stages.append(stage)
-        return real_build(stage, *args)
-    with mock.patch.object(report, "_sections", _one_section), \
-            mock.patch.object(report.claims, "claims_table", _claims), \
-            mock.patch.object(report, "_build", build):
+    def spy(files, *args):
+        stages.append(files.stage)
+        return real_build(files, *args)
+    with mock.patch.object(build, "_sections", _one_section), \
+            mock.patch.object(build.claims, "claims_table", _claims), \
+            mock.patch.object(build, "_build", spy):
         report.build_report(out)
     (stage,) = stages
-    assert stage.parent == out.parent.resolve()
-    assert re.fullmatch(rf"\.r1\.{os.getpid()}\..+\.partial", stage.name), stage.name
-    assert not dead.exists() and sorted(p.name for p in out.parent.iterdir()) == ["r1"]
+    assert stage.parent == out.resolve()
+    assert re.fullmatch(rf"{re.escape(STAGING_PREFIX)}{os.getpid()}-.+", stage.name), stage.name
+    assert not stage.exists() and not dead.exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["r1"]
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
     assert (out / "clipping.csv").read_text().splitlines()[0].startswith("rho,threshold,")
     assert (out / "claims.csv").read_text().splitlines()[0].startswith("claim,lesson,")
     page = (out / "index.html").read_text()
@@ -2732,14 +2718,14 @@ def test_build_report_stages_beside_the_folder_and_files_every_part(tmp_path):
     assert (f'<section id="claims"><h2>The lessons&#x27; claims, measured</h2>\n<p class="caption" '
             f'data-section="claims">2 claims of the three lessons against this run&#x27;s '
             f"measurements: {counts}. Each verdict is computed from the data by a rule in "
-            f"harness/claims.py; the columns of every CSV are described in docs/data.md.</p>") in page
+            f"harness/analysis/claims.py; the columns of every CSV are described in "
+            f"docs/data.md.</p>") in page
     assert '<a href="claims.csv">claims.csv</a>' in page and 'class="dataframe table claims"' in page
     text = (out / "machine.json").read_text()
     assert text.startswith('{\n "date": ')
     assert 0.0 <= float(json.loads(text)["seconds"]) < 600.0
-    docs = Path(report.__file__).resolve().parents[1] / "docs" / "data.md"
-    if docs.exists():                                            # a checkout, not a wheel
-        assert (out / "data.md").read_text() == docs.read_text()
+    if build.DATA_DICTIONARY.exists():                           # a checkout, not a wheel
+        assert (out / "data.md").read_text() == build.DATA_DICTIONARY.read_text()
 
 
 def test_crossover_prediction_from_rates_and_each_rows_width():
@@ -2754,12 +2740,14 @@ def test_crossover_prediction_from_rates_and_each_rows_width():
 
 
 def test_median_interval_is_scipys_percentile_bootstrap_from_three_rounds():
+    """scipy's bootstrap on the draws of ``stats.bootstrap_interval``: 2000 from default_rng(seed)."""
     from scipy import stats
     x = np.array([3.0, 1.0, 2.0])
     for seed in (0, 7):
         ci = stats.bootstrap((x,), np.median, confidence_level=0.95, n_resamples=2000,
-                             method="percentile", random_state=seed).confidence_interval
-        assert timing.median_interval(x, seed) == (2.0, float(ci.low), float(ci.high))
+                             method="percentile",
+                             random_state=np.random.default_rng(seed)).confidence_interval
+        assert timing.median_interval(x, seed) == pytest.approx((2.0, ci.low, ci.high), rel=1e-12)
     assert timing.median_interval(x) == timing.median_interval(x, 0)
     assert timing.median_interval([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)     # no spread to resample
     assert timing.median_interval([1, 2, 2]) != (2.0, 2.0, 2.0)

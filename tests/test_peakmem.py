@@ -11,7 +11,7 @@ import pytest
 
 from harness.infra import config
 from harness.analysis import peakmem
-from harness import report
+from harness.report import captions, figures
 
 SMALL = config.MemoryConfig(T_values=(512, 2048), d=32, dtype="float32")
 
@@ -62,7 +62,7 @@ def test_caption_states_the_largest_T_each_variant_and_the_ratio():
     f = pd.DataFrame({"model": ["big", "big", "small", "small"], "T": [100, 1000] * 2, "d": 64,
                       "dtype": "float32", "peak_bytes": [2**20, 100 * 2**20, 2**20, 10 * 2**20],
                       "output_bytes": 0, "estimate_bytes": 0})
-    cap = report.caption_memory({"peak_memory": f})
+    cap = captions.caption_memory({"peak_memory": f})
     assert "At T = 1000: small 10.0 MiB (T^1.00); big 100.0 MiB (T^2.00)" in cap
     assert "big needs 10 times what small needs" in cap
     assert "float32, d = 64" in cap
@@ -72,12 +72,13 @@ def test_figure_draws_one_line_per_variant_in_mib():
     f = pd.DataFrame({"model": ["a", "a", "b", "b"], "T": [10, 20, 10, 20], "d": 4,
                       "dtype": "float64", "peak_bytes": [2**20, 2**21, 2**22, 2**23],
                       "output_bytes": 0, "estimate_bytes": 0})
-    fig = report.figure_memory({"peak_memory": f})
+    fig = figures.figure_memory({"peak_memory": f})
     ax = fig.axes[0]
     lines = {tuple(l.get_ydata()) for l in ax.get_lines() if len(l.get_xdata()) == 2}
     assert lines == {(1.0, 2.0), (4.0, 8.0)}
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    report.plt.close(fig)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
 
 
 def test_a_system_without_clear_refs_is_named(monkeypatch):
@@ -129,5 +130,5 @@ def test_caption_leaves_out_a_growth_it_cannot_read():
     f = pd.DataFrame({"model": ["a", "a", "b", "b"], "T": [10, 100] * 2, "d": 4, "dtype": "float32",
                       "peak_bytes": [0, 2**20, 2**20, 10 * 2**20], "output_bytes": 0,
                       "estimate_bytes": 0})
-    cap = report.caption_memory({"peak_memory": f})
+    cap = captions.caption_memory({"peak_memory": f})
     assert "a 1.0 MiB; b 10.0 MiB (T^1.00)" in cap

@@ -17,16 +17,19 @@ import pytest
 
 from _deps import require_executable
 from harness import cli, report
+from harness.analysis import depth
+from harness.infra.config import QUICK_REPORT
+from harness.report import captions, figures, history
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # the quick report, smaller where it only costs time: fewer timed lengths, draws and path lengths
 TEST = dataclasses.replace(
-    report.QUICK, wall=dataclasses.replace(report.QUICK.wall, T_values=(32, 64, 128, 256, 512),
-                                           rounds=5),
-    path_T=(64, 256), lessons=dataclasses.replace(report.QUICK.lessons, draws=400),
-    memory=dataclasses.replace(report.QUICK.memory, T_values=(1024, 4096)))
+    QUICK_REPORT, wall=dataclasses.replace(QUICK_REPORT.wall, T_values=(32, 64, 128, 256, 512),
+                                          rounds=5),
+    path_T=(64, 256), lessons=dataclasses.replace(QUICK_REPORT.lessons, draws=400),
+    memory=dataclasses.replace(QUICK_REPORT.memory, T_values=(1024, 4096)))
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +146,7 @@ def test_decay_caption_reads_the_rows_its_sentence_names(built, tmp_path):
     d = pd.read_csv(tmp_path / "decay.csv")
     d.loc[d.rho == 1.0, "log10_norm"] += 7.0               # a change the rho = 0.9 sentence must ignore
     d.to_csv(tmp_path / "decay.csv", index=False)
-    cap = report.caption_decay({"decay": d, "decay_summary": pd.read_csv(tmp_path / "decay_summary.csv")})
+    cap = captions.caption_decay({"decay": d, "decay_summary": pd.read_csv(tmp_path / "decay_summary.csv")})
     K = int(d.distance.max())
     assert f"is 10^{K * math.log10(0.9):+.1f} through the linear RNN" in cap
 
@@ -172,7 +175,7 @@ def test_nothing_half_written_on_failure(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr(report.depth, "depth_table", boom)
+    monkeypatch.setattr(depth, "depth_table", boom)
     out = tmp_path / "rep"
     with pytest.raises(RuntimeError):
         report.build_report(out, TEST)
@@ -239,18 +242,18 @@ def _fake_asv_results(root):
 
 
 def test_asv_history_is_read(tmp_path):
-    h = report.read_asv_results(str(_fake_asv_results(tmp_path / "results")))
+    h = history.read_asv_results(str(_fake_asv_results(tmp_path / "results")))
     assert set(h.benchmark) == {"bench_kernels.Kernels.time_forward",
                                 "bench_analysers.DecaySweep.time_decay_sweep"}   # no track_
-    k = report.kernel_history(h)
+    k = history.kernel_history(h)
     assert list(k.commit.unique()) == ["abcdef12", "bcdef123"]       # oldest first
     first = k[k.commit == "abcdef12"].set_index(["series", "T"]).seconds
     assert first[("rnn forward", 64)] == 1.0 and first[("rnn forward", 256)] == 2.0
     assert first[("attention forward", 64)] == 3.0 and ("attention forward", 256) not in first
-    cap = report.caption_history({"asv_history": k})
+    cap = captions.caption_history({"asv_history": k})
     assert "across 2 commits" in cap
     assert "RNN's forward takes 1000.00 ms and attention's 4000.00 ms" in cap     # newest, T = 256
-    report.figure_history({"asv_history": k})
+    figures.figure_history({"asv_history": k})
 
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
@@ -295,7 +298,7 @@ def test_depth_and_schedule_captions_state_the_closed_forms(built):
 
 def test_work_caption_crossover_is_at_d(built):
     cap = _caption(built, "work")
-    d = report.QUICK.depth.d
+    d = QUICK_REPORT.depth.d
     assert f"cross at T = {d:,} (d = {d})" in cap
     x = pd.read_csv(built / "crossover.csv")
     assert int(x[x.variant == "attention"].d.iloc[0]) == d          # timed at the counted d

@@ -197,6 +197,17 @@ def test_backward_refuses_states_of_another_X():
         rnn.backward(X + rng.normal(size=X.shape), H, W_xh, W_hh, np.ones_like(H))
 
 
+@pytest.mark.parametrize("activation", ["tanh", "identity"])
+def test_backward_checks_every_sequence_of_a_batch(activation):
+    # Sequences 1 and 2 of H swapped: before, only sequence 0 was checked, and dW_hh came
+    # back 112 % off, silently.
+    rng, X, W_xh, W_hh = _draw(4, batched=True)
+    H = rnn.forward(X, W_xh, W_hh, activation=activation)
+    H[[1, 2]] = H[[2, 1]]
+    with pytest.raises(ValueError, match=r"^H does not follow from X and h0 in sequence 1:"):
+        rnn.backward(X, H, W_xh, W_hh, rng.normal(size=H.shape), activation=activation)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batched", [False, True])
 @pytest.mark.parametrize("activation", ["tanh", "identity"])

@@ -5,10 +5,17 @@ returns one row: the claim in the lesson's words (translated), what was
 measured, the figure with its interval where it has one, and a verdict, one of
 ``VERDICTS``, decided by a rule written beside it, never by hand. Where a
 measurement disagrees with a lesson, the row says so, with the number.
+
+Each claim declares the frames it reads (``@_claim(text, lesson, *frames)``). A
+claim whose frames this run did not produce is still a row, whose verdict is
+``NOT_MEASURED`` and which names the missing CSVs; a claim that reads a column or
+a row its frames lack raises ``MissingMeasurement``, naming the claim and the key.
+The numbers a caption states too come from ``harness.report.numbers``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -17,142 +24,164 @@ import pandas as pd
 from harness.models import ATTENTION as ATT
 from harness.models import PARALLEL_RECURRENCE as LRU
 from harness.models import RECURRENCE as RNN
+from harness.report import numbers
 
 HOLDS, QUALIFIED, FAILS = "holds", "holds with a qualification", "does not hold"
 VERDICTS = (HOLDS, QUALIFIED, FAILS)
+NOT_MEASURED = "not measured"       # the verdict of a claim whose measurement is missing
 COLUMNS = ["claim", "lesson", "measured", "value", "low", "high", "verdict"]
 
 
-def _row(claim, lesson, measured, value, verdict, low=math.nan, high=math.nan):
-    return {"claim": claim, "lesson": lesson, "measured": measured, "value": float(value),
-            "low": float(low), "high": float(high), "verdict": verdict}
+class MissingMeasurement(LookupError):
+    """A claim read a measurement (a column, a row) that its frames do not hold."""
 
 
+def _row(measured, value, verdict, low=math.nan, high=math.nan, **claim):
+    """A judged claim's row, less the claim and the lesson that ``_claim`` adds (``claim=``
+    replaces the declared text)."""
+    return {"measured": measured, "value": float(value), "low": float(low), "high": float(high),
+            "verdict": verdict, **claim}
+
+
+def _unmeasured(why, **claim):
+    return _row(f"not measured: {why}", math.nan, NOT_MEASURED, **claim)
+
+
+def _claim(text, lesson, *frames):
+    """Register a judge of the claim ``text`` of ``lesson``, which reads the report's ``frames``
+    (CSV stems): the registered function returns the whole row (see ``COLUMNS``)."""
+    def register(judge):
+        @functools.wraps(judge)
+        def row(f):
+            return {"claim": text, "lesson": lesson, **judge(f)}
+        row.text, row.lesson, row.frames = text, lesson, frames
+        return row
+    return register
+
+
+@_claim("An RNN's T steps run one after another", "goodbye to recurrence", "depth")
 def depth_in_sequence(f):
     """The RNN's span grows in proportion to T (its steps run in order)."""
-    r = f["depth"][f["depth"].model == RNN].sort_values("T")
+    r = numbers.by_T(f["depth"], RNN)
     per_step = r.span / r["T"]
     steady = float(per_step.max() / per_step.min())
-    return _row("An RNN's T steps run one after another", "goodbye to recurrence",
-                f"the RNN's span is {per_step.iloc[0]:g}·T operations at every T "
+    return _row(f"the RNN's span is {per_step.iloc[0]:g}·T operations at every T "
                 f"({int(r.span.iloc[0]):,} at T = {int(r['T'].iloc[0])}, {int(r.span.iloc[-1]):,} "
                 f"at T = {int(r['T'].iloc[-1])})",
                 per_step.iloc[-1], HOLDS if steady < 1.01 else FAILS)
 
 
+@_claim("A machine with T processors changes nothing for T tokens", "goodbye to recurrence",
+        "schedule")
 def processors_change_nothing(f):
     """On P = T processors the RNN's schedule is (nearly) no faster than on one."""
     s = f["schedule"]
     T = int(s["T"].iloc[0])
-    r = s[(s.model == RNN) & (s.grain == "scalar")].set_index("P")["time"]
-    if T not in r.index:
-        return None
+    claim = f"A machine with {T} processors changes nothing for {T} tokens"
+    r = numbers.rnn_schedule(s)
+    if T not in r.index or 1 not in r.index:
+        return _unmeasured(f"the RNN was not scheduled on both 1 and {T} processors", claim=claim)
     speedup = float(r.loc[1] / r.loc[T])
     verdict = HOLDS if speedup < 1.5 else FAILS
-    return _row(f"A machine with {T} processors changes nothing for {T} tokens",
-                "goodbye to recurrence",
-                f"with every multiply and add a task, the RNN on {T} processors takes "
+    return _row(f"with every multiply and add a task, the RNN on {T} processors takes "
                 f"{int(r.loc[T]):,} steps against {int(r.loc[1]):,} on one: {speedup:,.1f}× faster. "
                 f"The steps stay in order, but each step's d² products spread over the processors",
-                speedup, verdict)
+                speedup, verdict, claim=claim)
 
 
+@_claim("Attention is a constant number of stages", "goodbye to recurrence", "depth")
 def attention_constant_stages(f):
     """Attention's op-level span is the same at every T; its scalar span grows like log T."""
-    a = f["depth"][f["depth"].model == ATT].sort_values("T")
+    a = numbers.by_T(f["depth"], ATT)
     const = a.span.nunique() == 1
     grows = int(a.scalar_span.iloc[-1]) > int(a.scalar_span.iloc[0])
     verdict = (QUALIFIED if grows else HOLDS) if const else FAILS
-    return _row("Attention is a constant number of stages", "goodbye to recurrence",
-                f"{int(a.span.iloc[-1])} operations deep at every T; counted in multiplies and adds "
+    return _row(f"{int(a.span.iloc[-1])} operations deep at every T; counted in multiplies and adds "
                 f"(sums as trees) its span grows from {int(a.scalar_span.iloc[0])} to "
                 f"{int(a.scalar_span.iloc[-1])} as T goes from {int(a['T'].iloc[0])} to "
                 f"{int(a['T'].iloc[-1])}, like log T", int(a.span.iloc[-1]), verdict)
 
 
+@_claim("The RNN's 2·T·d² and attention's 2·T²·d multiplications cross at T = d",
+        "goodbye to recurrence", "work")
 def counts_cross_at_d(f):
     """The traced multiplications cross where the closed forms say, T = d."""
-    from harness.infra.stats import log_crossing
     w = f["work"]
     d = int(w.d.iloc[0])
-    wide = w.pivot(index="T", columns="model", values="macs").sort_index()
-    T = log_crossing(wide.index, np.log(wide[ATT] / wide[RNN]))
+    T = numbers.counted_crossover(w)
     ok = math.isfinite(T) and abs(T / d - 1) < 1e-9
-    return _row("The RNN's 2·T·d² and attention's 2·T²·d multiplications cross at T = d",
-                "goodbye to recurrence",
-                f"traced from the running code at d = {d}: they cross at T = {T:,.0f}",
+    return _row(f"traced from the running code at d = {d}: they cross at T = {T:,.0f}",
                 T / d, HOLDS if ok else FAILS)
 
 
+@_claim("…so in time too, attention costs more than the RNN from T = d on",
+        "goodbye to recurrence (counts), timed here", "crossover")
 def wall_time_crosses_at_d(f):
     """Timed, the forwards cross where the counts do, within the measurement's interval."""
-    x = f["crossover"]
-    row = x[x.variant == ATT].iloc[0]
+    cross = numbers.timed_crossover(f["crossover"])
+    row, T = cross.row, cross.T
+    how = "measured" if cross.measured else "extrapolated"
     d = float(row.d)
-    T, lo, hi = float(row.measured_T), float(row.measured_T_lo), float(row.measured_T_hi)
-    if not math.isfinite(T):
-        T, how = float(row.extrapolated_T), "extrapolated"
-    else:
-        how = "measured"
+    lo, hi = float(row.measured_T_lo), float(row.measured_T_hi)
     inside = math.isfinite(lo) and lo <= d <= hi
     interval = f" (95 % interval {lo / d:.2f}–{hi / d:.2f}·d)" if math.isfinite(lo) else ""
-    return _row("…so in time too, attention costs more than the RNN from T = d on",
-                "goodbye to recurrence (counts), timed here",
-                f"timed on this machine, attention's forward (grid and mix) becomes the slower at "
+    return _row(f"timed on this machine, attention's forward (grid and mix) becomes the slower at "
                 f"T ≈ {T:,.0f} ({how}), {T / d:.2f}·d{interval}; the rates measured apart predict "
                 f"{float(row.predicted_T) / d:.2f}·d",
                 T / d, HOLDS if inside else FAILS, lo / d, hi / d)
 
 
+@_claim("Through W_hh the signal vanishes or explodes with the spectral radius",
+        "goodbye to recurrence", "decay_summary")
 def vanishing_with_radius(f):
     """The linear RNN's fitted decay per step is log(rho), for every rho."""
     s = f["decay_summary"]
     lin = s[(s.model == RNN) & (s.activation == "identity") & (s.weight == "orthogonal")]
     err = float((lin.ln_rate - np.log(lin.rho)).abs().max())
-    return _row("Through W_hh the signal vanishes or explodes with the spectral radius",
-                "goodbye to recurrence",
-                f"the linear RNN's norm falls by exactly ρ per step for ρ = "
+    return _row(f"the linear RNN's norm falls by exactly ρ per step for ρ = "
                 f"{', '.join(f'{r:g}' for r in sorted(lin.rho.unique()))} (largest error of the "
                 f"fitted rate {err:.1e} per step)", err, HOLDS if err < 1e-6 else FAILS)
 
 
+@_claim("tanh saturation makes vanishing worse", "goodbye to recurrence", "decay_summary")
 def tanh_makes_it_worse(f):
     """At every rho, the tanh RNN's far gradient is no larger than the linear one's."""
     s = f["decay_summary"]
-    base = s[(s.model == RNN) & (s.weight == "orthogonal") & (s.input_scale == 1.0)]
+    base = s[(s.model == RNN) & (s.weight == "orthogonal") & (s.input_scale == numbers.UNIT_SCALE)]
     w = base.pivot(index="rho", columns="activation", values="log10_far")
     worse = int((w["tanh"] <= w["identity"] + 1e-9).sum())
-    return _row("tanh saturation makes vanishing worse", "goodbye to recurrence",
-                f"at distance {int(base['T'].iloc[0]) - 1}, tanh's gradient is at most the linear "
+    return _row(f"at distance {int(base['T'].iloc[0]) - 1}, tanh's gradient is at most the linear "
                 f"RNN's for {worse} of {len(w)} radii", worse / len(w),
                 HOLDS if worse == len(w) else FAILS)
 
 
+@_claim("Clipping stops explosion but does not rescue vanishing", "goodbye to recurrence",
+        "clipping")
 def clipping_stops_explosion_only(f):
-    c = f["clipping"].sort_values("rho")
-    big, small = c.iloc[-1], c.iloc[0]
+    """At the largest rho the total is cut to the threshold with far/near unchanged; at the
+    smallest, far stays more than three decades below near."""
+    big, small = numbers.clipping_radii(f["clipping"])
     capped = abs(big.log10_total_after - math.log10(big.threshold)) < 1e-9
     same = abs(big.log10_far_over_near_after - big.log10_far_over_near_before) < 1e-9
     vanish = small.log10_far_over_near_after < -3
-    return _row("Clipping stops explosion but does not rescue vanishing", "goodbye to recurrence",
-                f"at ρ = {big.rho:g} the total is cut from 10^{big.log10_total_before:+.1f} to "
+    return _row(f"at ρ = {big.rho:g} the total is cut from 10^{big.log10_total_before:+.1f} to "
                 f"{big.threshold:g} with the far/near ratio unchanged; at ρ = {small.rho:g} far is "
                 f"still 10^{small.log10_far_over_near_after:+.1f} of near",
                 small.log10_far_over_near_after, HOLDS if capped and same and vanish else FAILS)
 
 
+@_claim("In attention, what position 1 tells position T crosses one α factor",
+        "goodbye to recurrence", "decay_summary")
 def attention_one_factor(f):
     """Attention's path is flat in distance; its level falls as 1/T and saturation breaks it."""
-    s = f["decay_summary"]
-    rate = float(s[(s.model == ATT) & (s.input_scale == s.input_scale.min())].ln_rate.iloc[0])
+    rate = numbers.attention_rate(f["decay_summary"])
     flat = abs(rate) < 0.01
     lv = f.get("attention_level")
     extra = ""
     qualified = False
     if lv is not None and len(lv):
-        base = lv[lv.input_scale == lv.input_scale.min()].sort_values("T")
-        slope = float(np.polyfit(np.log10(base["T"]), base.log10_level, 1)[0])
-        sat = lv[lv["T"] == lv["T"].max()].sort_values("input_scale").iloc[-1]
+        level = numbers.attention_level(lv)
+        base, slope, sat = level.base, level.slope, level.saturated
         spread = float(sat.log10_max - sat.log10_min)
         extra = (f"; but its level falls as T^{slope:.2f} (10^{base.log10_level.iloc[0]:+.2f} at "
                  f"T = {int(base['T'].iloc[0])}, 10^{base.log10_level.iloc[-1]:+.2f} at "
@@ -160,18 +189,17 @@ def attention_one_factor(f):
                  f"softmax saturates: the per-distance norm spans {spread:.0f} decades")
         qualified = slope < -0.5 or spread > 3
     verdict = (QUALIFIED if qualified else HOLDS) if flat else FAILS
-    return _row("In attention, what position 1 tells position T crosses one α factor",
-                "goodbye to recurrence",
-                f"the norm is flat in distance (fitted rate {rate:+.4f} per step){extra}",
+    return _row(f"the norm is flat in distance (fitted rate {rate:+.4f} per step){extra}",
                 rate, verdict)
 
 
+@_claim("Dividing by √d_k keeps the softmax from saturating; the row maximum still grows, "
+        "slowly", "self-attention", "row_max")
 def sqrt_dk(f):
     """Scaled by 1/sqrt(d_k) the mean row maximum grows slowly (the lesson) or stays flat?"""
-    r = f["row_max"].set_index(["d_k", "scaled"])
-    lo_dk, hi_dk = int(f["row_max"].d_k.min()), int(f["row_max"].d_k.max())
-    a, b = r.loc[(lo_dk, True)], r.loc[(hi_dk, True)]
-    u0, u1 = r.loc[(lo_dk, False)], r.loc[(hi_dk, False)]
+    lo_dk, hi_dk, ends = numbers.row_max_ends(f["row_max"])
+    a, b = ends[lo_dk, True], ends[hi_dk, True]
+    u0, u1 = ends[lo_dk, False], ends[hi_dk, False]
     grows = b.mean_lo > a.mean_hi + 0.02
     pct = f.get("row_max_lesson")
     where = ""
@@ -179,9 +207,7 @@ def sqrt_dk(f):
         p = pct.set_index(["d_k", "scaled"]).percentile
         where = (f"; the lesson's single draw (0.330 → 0.486) sits at the "
                  f"{p.loc[(lo_dk, True)]:.0f}th and {p.loc[(hi_dk, True)]:.0f}th percentiles")
-    return _row("Dividing by √d_k keeps the softmax from saturating; the row maximum still grows, "
-                "slowly", "self-attention",
-                f"over {int(a.draws):,} draws the unscaled mean row maximum goes from {u0.row_max:.3f} "
+    return _row(f"over {int(a.draws):,} draws the unscaled mean row maximum goes from {u0.row_max:.3f} "
                 f"to {u1.row_max:.3f} (d_k = {lo_dk} → {hi_dk}); scaled, from {a.row_max:.3f} "
                 f"[{a.mean_lo:.3f}, {a.mean_hi:.3f}] to {b.row_max:.3f} [{b.mean_lo:.3f}, "
                 f"{b.mean_hi:.3f}]: {'it grows' if grows else 'flat, it does not grow'}{where}",
@@ -189,36 +215,38 @@ def sqrt_dk(f):
                 b.mean_hi - a.mean_lo)
 
 
+@_claim("Without projections every row puts its maximum on its own diagonal", "self-attention",
+        "attention_diagonal")
 def diagonal_without_projections(f):
-    s = f["attention_diagonal"].iloc[:2]
+    """Every row of both unprojected settings has its maximum on the diagonal."""
+    s = numbers.unprojected(f["attention_diagonal"])
     every = bool((s.rows_max_on_diagonal == s.rows).all())
-    return _row("Without projections every row puts its maximum on its own diagonal",
-                "self-attention",
-                f"{int(s.rows_max_on_diagonal.sum())} of {int(s.rows.sum())} rows, at token lengths "
+    return _row(f"{int(s.rows_max_on_diagonal.sum())} of {int(s.rows.sum())} rows, at token lengths "
                 f"1 and 3", s.rows_max_on_diagonal.sum() / s.rows.sum(), HOLDS if every else FAILS)
 
 
+@_claim("The gradient reaches h_j by two routes: 2.8303 by the value, 0.2556 by the score",
+        "additive attention", "additive_routes")
 def additive_routes(f):
-    r = f["additive_routes"].set_index("va_scale").loc[0.5]
+    """The harness's route norms at the lesson's va scale are the lesson's, to 4 places."""
+    r = numbers.lesson_routes(f["additive_routes"])
     same = round(r.value_norm, 4) == 2.8303 and round(r.score_norm, 4) == 0.2556
-    return _row("The gradient reaches h_j by two routes: 2.8303 by the value, 0.2556 by the score",
-                "additive attention",
-                f"{r.value_norm:.4f} and {r.score_norm:.4f} through the harness's kernels",
+    return _row(f"{r.value_norm:.4f} and {r.score_norm:.4f} through the harness's kernels",
                 r.value_norm, HOLDS if same else FAILS)
 
 
+@_claim("…and so does every recurrence: its T steps run one after another",
+        "goodbye to recurrence, asked of today's linear recurrences", "scan_depth")
 def scan_parallelises(f):
     """The lessons' 'T steps one after another' is the tanh RNN's: a diagonal linear
     recurrence computed by a scan has a span that grows like log T."""
     d = f["scan_depth"]
     T = int(d["T"].max())
     last = d[d["T"] == T].set_index("model").span
-    scan = [m for m in last.index if m not in (RNN, LRU)][0]
+    scan = numbers.scan_form()
     log_span = float(last[scan])
     verdict = FAILS if log_span < T / 10 else HOLDS
-    return _row("…and so does every recurrence: its T steps run one after another",
-                "goodbye to recurrence, asked of today's linear recurrences",
-                f"at T = {T:,} the tanh RNN's span is {int(last[RNN]):,} operations and the linear "
+    return _row(f"at T = {T:,} the tanh RNN's span is {int(last[RNN]):,} operations and the linear "
                 f"recurrence's step loop {int(last[LRU]):,}, but the same recurrence computed by a "
                 f"parallel scan ({scan}) has a span of {int(log_span)}, about "
                 f"{log_span / math.log2(T):.1f}·log2 T", log_span, verdict)
@@ -231,15 +259,26 @@ CLAIMS = (depth_in_sequence, scan_parallelises, processors_change_nothing, atten
 
 
 def claims_table(frames):
-    """Every claim whose frames are present, one row each (see ``COLUMNS``)."""
+    """Every claim, one row each (see ``COLUMNS``), in ``CLAIMS`` order: judged where its
+    frames are present, else ``NOT_MEASURED`` with the CSVs that are missing. Raises
+    ``MissingMeasurement`` naming the claim and the key where a claim reads a column or a row
+    that its frames lack: never a row silently left out."""
     rows = []
     for fn in CLAIMS:
-        try:
-            row = fn(frames)
-        except KeyError:          # a section the report did not run
+        absent = [k for k in fn.frames if k not in frames]
+        if absent:
+            rows.append({"claim": fn.text, "lesson": fn.lesson,
+                         **_unmeasured("this run has no " + ", ".join(f"{k}.csv" for k in absent))})
             continue
-        if row is not None:
-            rows.append(row)
+        try:
+            rows.append(fn(frames))
+        except (KeyError, AttributeError) as e:
+            # f["x"], frame["col"], frame.loc[row]: a KeyError; frame.col: an AttributeError
+            if isinstance(e, AttributeError) and not isinstance(e.obj, (pd.DataFrame, pd.Series)):
+                raise
+            key = e.name if isinstance(e, AttributeError) else e.args[0]
+            raise MissingMeasurement(f"claim {fn.__name__} ({fn.text!r}): its frames have no "
+                                     f"{key!r}") from e
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

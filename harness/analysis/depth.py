@@ -46,10 +46,6 @@ import pandas as pd
 from harness import models
 from harness.analysis import trace
 from harness.infra.validate import available_memory_bytes, check_int
-from harness.infra.config import DepthConfig
-
-
-DEFAULT = DepthConfig()
 
 
 # ----------------------------------------------------------------------------- tracing
@@ -190,14 +186,3 @@ def depth_table(T_values, d, families=models.NAMES, traces=None):
                 scalar_work=sw, scalar_span=ss, parallelism=sw / ss,
                 trace_seconds=tr.seconds))
     return pd.DataFrame(rows)
-
-
-def lesson_table(d=DEFAULT.d, T_values=(50, 1000, 2000)):
-    """The "goodbye to recurrence" table: RNN products against the attention grid, and T/d."""
-    pair = (models.RECURRENCE, models.ATTENTION)
-    frame = depth_table(T_values, d, families=pair)
-    wide = frame.pivot(index="T", columns="model", values="macs")
-    wide = wide.rename(columns={name: f"{name}_macs" for name in pair})
-    wide["ratio"] = wide["attention_macs"] / wide["rnn_macs"]
-    wide["T_over_d"] = wide.index / d
-    return wide.reset_index()[["T", "rnn_macs", "attention_macs", "ratio", "T_over_d"]]

@@ -131,14 +131,7 @@ class Graph:
         return "product"
 
     def new_op(self, kind, inputs, shape, inner, axes, k_label=None):
-        deps = []
-        seen = set()
-        for x in inputs:
-            if isinstance(x, Traced):
-                for dep in x.deps:
-                    if dep not in seen:
-                        seen.add(dep)
-                        deps.append(dep)
+        deps = _union_deps(inputs)
         depth = 1 + max((self.ops[i].op_depth for i, _ in deps), default=0)
         a = inputs[0] if inputs else None
         b = inputs[1] if len(inputs) > 1 else None
@@ -377,6 +370,7 @@ def _single_row(idx, ndim):
 
 
 def _union_deps(arrays):
+    """Every (op id, row) that any traced array among ``arrays`` waits for, once, in order."""
     deps, seen = [], set()
     for a in arrays:
         for dep in (a.deps if isinstance(a, Traced) else []):

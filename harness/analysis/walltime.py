@@ -17,6 +17,7 @@ import pandas as pd
 
 from harness import models
 from harness.infra import timing
+from harness.infra import stats
 from harness.infra.stats import log_crossing, power_law, quadratic_crossing
 from harness.infra.config import WallConfig
 
@@ -135,7 +136,12 @@ def _crossings(w, rate, variant, base, config):
     return cross, extra, speed, T_at
 
 
-def measured_crossover(times, config=DEFAULT, rates=None, resamples=timing.RESAMPLES):
+def _rounds(samples, model):
+    """One model's timing rounds (``times.attrs["samples"]`` at one d): (rounds, T), T ascending."""
+    return samples[samples.model == model].pivot(index="round", columns="T", values="seconds")
+
+
+def measured_crossover(times, config=DEFAULT, rates=None, resamples=stats.RESAMPLES):
     """Where each variant's measured time overtakes the baseline's, against the counted crossover.
 
     One row per (d, variant other than the baseline). ``measured_T``: log(t_v / t_base)
@@ -143,7 +149,8 @@ def measured_crossover(times, config=DEFAULT, rates=None, resamples=timing.RESAM
     sign change (NaN if the sweep does not bracket it; the first T if the variant
     is already slower there); ``measured_T_lo`` / ``_hi``: its 95 % interval, from
     resampling the timing rounds (the same rounds for every variant and T, as they
-    were taken together), when ``times.attrs["samples"]`` holds them.
+    were taken together; ``stats.bootstrap_interval``, NaN unless 95 % of the resamples
+    bracket the crossing), when ``times.attrs["samples"]`` holds them.
     ``extrapolated_T``: the same from power laws fitted for T >= ``fit_min_T`` (used
     when the sweep ends first); NaN when fewer than two T are fitted, when the fitted
     curves do not cross, or when they cross below T = 1 or past ``extrapolate_max`` x
@@ -163,25 +170,19 @@ def measured_crossover(times, config=DEFAULT, rates=None, resamples=timing.RESAM
     for d, g in times.groupby("d"):
         w = g.pivot(index="T", columns="model", values="seconds").sort_index()
         rate = g.pivot(index="T", columns="model", values="gmacs_per_s").sort_index()
-        boot = None
-        if samples is not None and len(samples):
-            s = samples[samples.d == d]
-            Ts_s = np.asarray(sorted(s["T"].unique()), float)
-
-            def rounds_of(m):                                       # (T, rounds)
-                return s[s.model == m].pivot(index="T", columns="round", values="seconds").to_numpy()
-            n_rounds = s["round"].nunique()
-            rng = np.random.default_rng(int(d))
-            boot = rng.integers(0, n_rounds, size=(resamples, n_rounds))
-            base_med = np.median(rounds_of(base)[:, boot], axis=2)    # (T, resamples)
+        s = samples[samples.d == d] if samples is not None and len(samples) else None
         for variant in [m for m in variants if m in w.columns and m != base]:
             cross, extra, speed, T_at = _crossings(w, rate, variant, base, config)
             lo = hi = math.nan
-            if boot is not None:
-                gap = np.log(np.median(rounds_of(variant)[:, boot], axis=2) / base_med)
-                found = np.array([log_crossing(Ts_s, gap[:, b]) for b in range(gap.shape[1])])
-                if np.isfinite(found).mean() >= 0.95:        # bracketed in (nearly) every resample
-                    lo, hi = (float(q) for q in np.nanquantile(found, [0.025, 0.975]))
+            if s is not None:                         # the same rounds for every variant and T
+                v, b = _rounds(s, variant), _rounds(s, base)
+                Ts = v.columns.to_numpy(dtype=float)
+
+                def crossing(rv, rb):                 # (resamples, rounds, T) each -> (resamples,)
+                    gap = np.log(np.median(rv, axis=1) / np.median(rb, axis=1))
+                    return np.array([log_crossing(Ts, row) for row in gap])
+                lo, hi = stats.bootstrap_interval(crossing, v, b, seed=int(d),
+                                                  resamples=resamples)
             counted = quadratic_crossing(lambda T: variants[variant][1].macs(T, d),
                                          lambda T: variants[base][1].macs(T, d))
             predicted = math.nan
@@ -196,12 +197,13 @@ def measured_crossover(times, config=DEFAULT, rates=None, resamples=timing.RESAM
     return pd.DataFrame(rows)
 
 
-def fit_exponents(times, min_T=DEFAULT.fit_min_T, resamples=timing.RESAMPLES):
+def fit_exponents(times, min_T=DEFAULT.fit_min_T, resamples=stats.RESAMPLES):
     """Least-squares slope of log(seconds) against log(T), per model, for T >= min_T.
 
     One row per (model, d) always; ``exponent`` is NaN when fewer than two distinct T
     (with positive times) are at or above ``min_T``. ``exponent_lo`` / ``_hi``: its 95 %
-    interval from resampling the rounds (``times.attrs["samples"]``), NaN without them.
+    interval from resampling the rounds (``times.attrs["samples"]``, the same rounds at every
+    T; ``stats.bootstrap_interval``), NaN without them.
     """
     samples = times.attrs.get("samples")
     rows = []
@@ -211,14 +213,14 @@ def fit_exponents(times, min_T=DEFAULT.fit_min_T, resamples=timing.RESAMPLES):
         lo = hi = math.nan
         if samples is not None and len(samples) and len(g) >= 2:
             s = samples[(samples.model == model) & (samples.d == d) & (samples["T"] >= min_T)]
-            grid = s.pivot(index="round", columns="T", values="seconds").to_numpy()   # (rounds, T)
-            Ts = np.asarray(sorted(s["T"].unique()), float)
-            rng = np.random.default_rng(int(d))
-            idx = rng.integers(0, grid.shape[0], size=(resamples, grid.shape[0]))
-            meds = np.median(grid[idx], axis=1)                                      # (resamples, T)
-            x = np.log(Ts) - np.log(Ts).mean()
-            slopes = (np.log(meds) - np.log(meds).mean(axis=1, keepdims=True)) @ x / (x @ x)
-            lo, hi = (float(q) for q in np.quantile(slopes, [0.025, 0.975]))
+            grid = _rounds(s, model)                                                 # (rounds, T)
+            x = np.log(grid.columns.to_numpy(dtype=float))
+            x = x - x.mean()
+
+            def slopes(r):                                  # (resamples, rounds, T) -> (resamples,)
+                y = np.log(np.median(r, axis=1))
+                return (y - y.mean(axis=1, keepdims=True)) @ x / (x @ x)
+            lo, hi = stats.bootstrap_interval(slopes, grid, seed=int(d), resamples=resamples)
         rows.append(dict(model=model, d=d, exponent=slope,
                          T_min=int(g["T"].min()) if len(g) else math.nan,
                          T_max=int(g["T"].max()) if len(g) else math.nan, points=len(g),

@@ -177,8 +177,3 @@ def atomic_write_bytes(path, data: bytes):
 
 def atomic_write_text(path, text: str):
     return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_csv(frame, path):
-    """Write a pandas DataFrame as CSV, atomically."""
-    return atomic_write_text(path, frame.to_csv(index=False))

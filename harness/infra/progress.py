@@ -72,9 +72,9 @@ class Progress:
 
 def _cache_is_cold():
     """True when Numba's on-disk cache holds none of the kernels yet (a fresh clone)."""
-    import harness
+    import harness.kernels
     where = os.environ.get("NUMBA_CACHE_DIR")
-    pattern = ("**/rnn*.nbi" if where else os.path.join(os.path.dirname(harness.__file__),
+    pattern = ("**/rnn*.nbi" if where else os.path.join(os.path.dirname(harness.kernels.__file__),
                                                        "__pycache__", "rnn*.nbi"))
     return not glob.glob(os.path.join(where, pattern) if where else pattern, recursive=True)
 
@@ -94,18 +94,24 @@ def warm_up_kernels(progress):
         progress.line(f"compiled the kernels in {time.perf_counter() - t0:.1f} s")
 
 
+def warm_up_family(fam, dtypes=("float32", "float64")):
+    """Compile (or load from Numba's cache) one family's forward and backward in ``dtypes``,
+    unbatched and batched, on tiny inputs: what a timed call of it will run."""
+    k = fam.kernels
+    for dtype in dtypes:
+        for batch in (1, 2):
+            X, W = k.inputs(3, 2, batch, dtype)
+            out = k.forward(X, *W)
+            k.backward(X, W, out, k.primary(out))
+
+
 def _compile_everything():
     import numpy as np
 
     from harness.kernels import blas, greedy, jacobian
     from harness import models
     for fam in models.families():
-        for dtype in ("float32", "float64"):
-            for batch in (1, 2):
-                k = fam.kernels
-                X, W = k.inputs(3, 2, batch, dtype)
-                out = k.forward(X, *W)
-                k.backward(X, W, out, k.primary(out))
+        warm_up_family(fam)
     S, m, eye = np.ones((3, 2)), np.zeros(3), np.eye(2)        # the analysers' own kernels
     jacobian.probe_backward(eye, np.ones(2), S, m, np.empty((3, 2)), np.empty(3))
     jacobian.jacobian_products(eye, S, m, np.empty((2, 2, 2)), np.empty(2))

@@ -1,10 +1,17 @@
-"""Small fits shared by the analysers: a rate per step, a power law, a crossing in log T."""
+"""Small fits shared by the analysers: a rate per step, a power law, a crossing in log T,
+and the one bootstrap interval of everything derived from timing rounds."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+LN10 = math.log(10.0)       # ln-norms are reported as log10: divide by this
+
+CONFIDENCE = 0.95           # every interval in the harness is a 95 % one ...
+RESAMPLES = 2000            # ... from this many bootstrap resamples
+MIN_ROUNDS = 3              # fewer rounds than this: no interval (NaN)
 
 
 def fit_rate(log_norm, fit_from):
@@ -62,3 +69,38 @@ def quadratic_crossing(f, g):
         return math.nan
     T = (b2 - b1) / (a1 - a2)
     return float(T) if T > 0 else math.nan
+
+
+def bootstrap_interval(statistic, *samples, seed=0, resamples=RESAMPLES, confidence=CONFIDENCE):
+    """(low, high): the percentile bootstrap interval of ``statistic`` over timing rounds.
+
+    ``samples``: arrays whose first axis is the rounds (n of them, the same n in every one;
+    computed in float64). Each resample draws n rounds with replacement, all resamples at
+    once from ``default_rng(seed)``, and takes the same rounds of every sample: rounds timed
+    together stay together (paired), so a load that slowed one round slows every sample in
+    it alike. ``statistic(*resampled)`` gets each sample with a leading axis of resamples,
+    (resamples, n, ...), and returns one value per resample, (resamples,). The same as
+    ``scipy.stats.bootstrap(samples, ..., paired=True, method="percentile",
+    random_state=np.random.default_rng(seed))``, up to the rounding of the quantiles.
+
+    A resample whose statistic is NaN has none (a crossing that it does not bracket): the
+    interval is NaN unless at least ``confidence`` of the resamples have one, and then the
+    quantiles of those. NaN under ``MIN_ROUNDS`` rounds; a constant statistic is its own interval.
+    """
+    samples = [np.asarray(x, dtype=np.float64) for x in samples]
+    n = samples[0].shape[0]
+    if any(x.shape[0] != n for x in samples):
+        raise ValueError(f"every sample must hold the same rounds, got "
+                         f"{[x.shape[0] for x in samples]} rounds.")
+    if n < MIN_ROUNDS:
+        return math.nan, math.nan
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))   # (resamples, n)
+    boot = np.asarray(statistic(*(x[idx] for x in samples)), dtype=np.float64)
+    boot = boot[~np.isnan(boot)]
+    if boot.size / resamples < confidence:
+        return math.nan, math.nan
+    if np.all(boot == boot[0]):              # no spread (even infinite): no quantile to take
+        return float(boot[0]), float(boot[0])
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    return float(lo), float(hi)

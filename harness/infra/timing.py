@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from harness.infra import stats
+
 
 def calls_per_sample(fn, min_sample_s):
     """Calls per sample so that one sample lasts about ``min_sample_s`` (after a warm-up call).
@@ -67,21 +69,12 @@ def median_seconds(fn, rounds=5, min_sample_s=0.1):
     return float(np.median(samples["fn"]))
 
 
-CONFIDENCE = 0.95
-RESAMPLES = 2000
-
-
 def median_interval(samples, seed=0):
     """(median, low, high): the median of the rounds and its 95 % bootstrap interval
-    (``scipy.stats.bootstrap``, percentile method); low = high = NaN under 3 rounds."""
+    (``stats.bootstrap_interval``); low = high = NaN under 3 rounds."""
     x = np.asarray(samples, dtype=float)
-    med = float(np.median(x))
-    if x.size < 3 or np.all(x == x[0]):
-        return med, (med if x.size >= 3 else math.nan), (med if x.size >= 3 else math.nan)
-    from scipy import stats
-    ci = stats.bootstrap((x,), np.median, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
-                         method="percentile", random_state=seed).confidence_interval
-    return med, float(ci.low), float(ci.high)
+    low, high = stats.bootstrap_interval(lambda r: np.median(r, axis=1), x, seed=seed)
+    return float(np.median(x)), low, high
 
 
 def paired_ratio(a, b, seed=0):
@@ -91,13 +84,9 @@ def paired_ratio(a, b, seed=0):
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape:
         raise ValueError(f"a and b must hold the same rounds, got {a.shape} and {b.shape}.")
-    ratio = float(np.median(a) / np.median(b))
-    if a.size < 3:
-        return ratio, math.nan, math.nan
-    idx = np.random.default_rng(seed).integers(0, a.size, size=(RESAMPLES, a.size))
-    boot = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
-    lo, hi = np.quantile(boot, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    return ratio, float(lo), float(hi)
+    low, high = stats.bootstrap_interval(
+        lambda ra, rb: np.median(ra, axis=1) / np.median(rb, axis=1), a, b, seed=seed)
+    return float(np.median(a) / np.median(b)), low, high
 
 
 def noise_floor(fn, rounds=9, min_sample_s=0.02, seed=0):
@@ -112,12 +101,3 @@ def noise_floor(fn, rounds=9, min_sample_s=0.02, seed=0):
     return {"noise_ratio": ratio, "noise_ratio_lo": lo, "noise_ratio_hi": hi,
             "noise_floor": max(abs(hi - 1.0), abs(1.0 - lo), abs(ratio - 1.0))}
 
-
-def compare_to_floor(ratio, lo, hi, floor):
-    """Words for a ratio a/b with its interval, against the noise floor: a ranking only when
-    the whole interval lies outside 1 +- floor."""
-    if lo > 1.0 + floor:
-        return "slower"
-    if hi < 1.0 - floor:
-        return "faster"
-    return "no measurable difference"

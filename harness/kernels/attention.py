@@ -96,6 +96,9 @@ def _attend_backward(Q, K, V, A, dY, scale, dQ, dK, dV, dS):
 # forward at d = 256 by 4-5 %, inside the rounds' spread); 64-row tiles were 5-16 %
 # slower (their GEMMs are thin), 128 x 256 5-12 % slower in the backward.
 TILE_Q, TILE_K = 256, 512
+# The tiled backward redoes dP_ij = dY_i . V_j in float64, as D_i, wherever P_ij holds at least
+# HEAVY of its row's sum so far: a few entries a row (at most 1 / HEAVY a tile), O(d_v) each.
+HEAVY = 0.25
 
 
 @njit(cache=True, error_model="numpy")
@@ -150,24 +153,60 @@ def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, Y, L, work, st
                 L[b, i0 + r] = m[r] * scale + math.log(l[r])
 
 
+@njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
+def _scale_and_sum(row, n, f):
+    # row[:n] *= f (f in row's dtype) -> (sum, sum of squares) of the new row in float64, in
+    # one pass that vectorises
+    s = 0.0
+    s2 = 0.0
+    for j in range(n):
+        row[j] *= f
+        x = np.float64(row[j])
+        s += x
+        s2 += x * x
+    return s, s2
+
+
 @njit(cache=True, error_model="numpy")
 def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, tile_q, tile_k,
-                           dQ, dK, dV, D, work, scratch):
+                           dQ, dK, dV, D, rows, arg, work, scratch):
     # Reverses the tiled forward one key tile j at a time (its rows of dK, dV finished in
     # place) against every query tile i that sees it, recomputing the weights from L:
     #   P = exp(score_scale Q_i K_j^T - L_i)       (the forward's A, tile by tile)
+    #     = exp(score_scale (s - c_i)) exp(score_scale c_i - L_i),  c_i = L_i / score_scale
+    #       rounded to Q's dtype: s - c_i is exact near the row maximum, and what c_i's
+    #       rounding drops of L_i (in float32, most of log l_i) is put back in float64
     #   dV_j += P^T dY_i                           (Y = A V)
     #   dP = dY_i V_j^T,  dS = grad_scale P (dP - D_i)   with D_i = dY_i . Y_i = sum_j P_ij dP_ij
     #   dQ_i += dS K_j,  dK_j += dS^T Q_i           (E = scale Q K^T)
+    # Where the scores are large, two roundings are of the size of what they round: L_i's
+    # own (eps |L_i|, which scales row i of P by rho_i = sum_j P_ij != 1), and D_i's (from
+    # Y, not from the rounded dP: in a saturated row, where the exact dS is 0, dP - D is
+    # rounding only, eps |dY_i| |V|, and times K it swamps dQ and dK). A saturated row has
+    # one weight, at j*. Its dP_ij* is redone in float64 (see HEAVY), summed as D_i was:
+    # where Y_i = V_j* (a one-hot row) the two are equal and dS_ij* is 0, not rounding. The
+    # kernel keeps, per row, sigma_i = sum_j dS_ij (0 exactly), rho_i, and the largest
+    # weight P_ij* and j*, and takes what is left of both errors out at j*:
+    #   dQ_i -= sigma_i K_j*,  dK_j* -= sigma_i Q_i,  dV_j* -= P_ij* (rho_i - 1) / rho_i dY_i
+    # In a row that is not saturated what is left is (rho_i - 1) (1 - P_ij* / rho_i)
+    # relative, which the caller checks (see ``_check_row_weights``).
     # Causal: query tiles that end before the key tile starts are never visited.
-    # D float64 (B, T); work (2 tile_q tile_k + tile_q d_k + tile_k max(d_k, d_v),) in Q's
-    # dtype; scratch int64 (tile_k,).
+    # D float64 (B, T); rows float64 (3, B, T) -> sigma, rho, P_ij*; arg int64 (B, T) -> j*;
+    # work (2 tile_q tile_k + tile_q d_k + tile_k max(d_k, d_v),) in Q's dtype; scratch
+    # int64 (tile_k,).
     B, T, d_k = Q.shape
     d_v = V.shape[2]
     n_s = tile_q * tile_k
     P_all, dP_all = work[:n_s], work[n_s:2 * n_s]
     tmp_q = work[2 * n_s:2 * n_s + tile_q * d_k].reshape(tile_q, d_k)
     tmp_k = work[2 * n_s + tile_q * d_k:2 * n_s + tile_q * d_k + tile_k * max(d_k, d_v)]
+    shift = np.empty(1, dtype=Q.dtype)                # rounds c_i to the scores' dtype
+    heavy = np.empty(tile_q, dtype=np.bool_)          # the tile's row holds a weight >= HEAVY
+    sigma, rho, top = rows[0], rows[1], rows[2]
+    sigma[:] = 0.0
+    rho[:] = 0.0
+    top[:] = 0.0
+    arg[:] = 0
     for b in range(B):
         for i in range(T):
             D[b, i] = row_dot(dY[b, i], Y[b, i], d_v)
@@ -190,21 +229,52 @@ def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, t
                 np.dot(Q_i, K_j.T, P)
                 for r in range(bq):
                     row = P[r]
-                    w = max(0, min(bk, i0 + r + 1 - j0)) if causal else bk
-                    exp_shifted_inplace(row, w, L[b, i0 + r] / score_scale, score_scale, scratch)
+                    i = i0 + r
+                    w = max(0, min(bk, i + 1 - j0)) if causal else bk
                     row[w:] = 0.0
+                    heavy[r] = False
+                    if w == 0:
+                        continue
+                    shift[0] = L[b, i] / score_scale
+                    c_i = np.float64(shift[0])
+                    exp_shifted_inplace(row, w, c_i, score_scale, scratch)
+                    shift[0] = math.exp(c_i * score_scale - L[b, i])
+                    total, squares = _scale_and_sum(row, w, shift[0])
+                    rho[b, i] += total
+                    least = HEAVY * rho[b, i]
+                    heavy[r] = squares > 0.0 and squares >= least * least   # may hold one
                 np.dot(P.T, dY_i, tk_v)
                 dV_j += tk_v
                 np.dot(dY_i, V_j.T, dP)
                 for r in range(bq):
                     Dr = D[b, i0 + r]
                     p, g = P[r], dP[r]
-                    for c in range(bk):
-                        g[c] = p[c] * (g[c] - Dr) * grad_scale
+                    for col in range(bk):
+                        g[col] = p[col] * (g[col] - Dr) * grad_scale
+                    if heavy[r]:                      # dP again where the weight is heavy,
+                        least = HEAVY * rho[b, i0 + r]    # summed as D_i was: 0 if Y_i = V_j
+                        for col in range(bk):
+                            if p[col] >= least:
+                                g[col] = p[col] * (row_dot(dY_i[r], V_j[col], d_v) - Dr) * grad_scale
+                                if p[col] > top[b, i0 + r]:
+                                    top[b, i0 + r] = p[col]
+                                    arg[b, i0 + r] = j0 + col
+                    sigma[b, i0 + r] += row_sum(g, bk)
                 np.dot(dP, K_j, tmp_q[:bq])
                 dQ[b, i0:i1] += tmp_q[:bq]
                 np.dot(dP.T, Q_i, tk_k)
                 dK_j += tk_k
+        for i in range(T):                            # the row's errors, taken out at j*
+            if not top[b, i] >= HEAVY * rho[b, i] > 0.0:
+                top[b, i] = 0.0                       # no weight dominates: nothing taken out
+                continue
+            j, s_i = arg[b, i], sigma[b, i]
+            v_i = top[b, i] * (rho[b, i] - 1.0) / rho[b, i]
+            for k in range(d_k):
+                dQ[b, i, k] -= s_i * K[b, j, k]
+                dK[b, j, k] -= s_i * Q[b, i, k]
+            for k in range(d_v):
+                dV[b, j, k] -= v_i * dY[b, i, k]
 
 
 @njit(cache=True, fastmath=True)
@@ -282,7 +352,8 @@ def tiled_bytes(B, T, d_model, d_k, d_v, itemsize, backward=False):
     rows = B * T * ((2 * d_k + d_v) * 2 + d_v if backward else 2 * d_k + d_v)
     tiles = (2 * tq * tk + tq * d_k + tk * max(d_k, d_v) if backward else tq * tk + 2 * tq * d_v)
     parts = _PART_ROWS * d_model if backward else 0                  # dX's partial products
-    return (rows + tiles + parts) * itemsize + 8 * (B * T + 3 * tq + tk)
+    per_row = 5 * B * T if backward else B * T                       # D, sigma, rho, P_ij*, j*
+    return (rows + tiles + parts) * itemsize + 8 * (per_row + 3 * tq + tk)
 
 
 # The last projections made in this thread, and copies of the inputs they were made from
@@ -519,6 +590,41 @@ def _check_lse(L, L2, dtype):
                          f"forward(..., return_weights=False) returned for these inputs, scale and causal.")
 
 
+def _check_row_weights(L, L_dtype, rho, top, dtype):
+    """ValueError naming A (as L) where the weights recomputed from L are off by more than
+    sqrt(eps) of X's dtype after the tiled backward's correction at each row's largest weight.
+
+    L_i is held to eps |L_i|, and exp(scores - L_i) carries that as a factor rho_i on the whole
+    row (rho_i, the row's sum, is 1 exactly). The backward takes the factor out at the row's
+    largest weight P_ij*: a saturated row comes out exact at any L, and what is left, (rho_i - 1)
+    (1 - P_ij* / rho_i), plus the rounding of the larger products, eps rho_i, must stay within
+    sqrt(eps). Past that, no digit of the recomputed weights need survive.
+    """
+    eps = np.finfo(dtype).eps
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        left = np.abs(rho - 1.0) * (1.0 - top / rho) + eps * rho
+    bad = ~(left <= math.sqrt(eps))                      # NaN, inf (rho = 0 or inf): bad too
+    if not bad.any():
+        return
+    b, i = np.argwhere(bad)[0]
+    at = f"row {i}" + (f" of sequence {b}" if L.shape[0] > 1 else "")
+    ulp = float(np.spacing(np.abs(L[b, i]).astype(L_dtype)))
+    r = float(rho[b, i])
+    if 0.0 < r < math.inf:
+        share = float(top[b, i]) / r
+        held = f"its largest weight is {share:.3g} of the sum" if share > 0.0 else \
+            "no weight holds a quarter of the sum"
+        what = (f"sum to {r:.6g}, not 1, in a row that is not saturated ({held}), where that "
+                f"cannot be corrected")
+    else:
+        what = f"sum to {r:.3g}: no digit of them survives"
+    raise ValueError(
+        f"A (here L, the row log-sum-exp) is too coarse to recompute the weights from: in {at}, "
+        f"L = {float(L[b, i]):.9g} is held to +-{ulp:.2g} in {np.dtype(L_dtype).name}, and the "
+        f"weights exp(scores - L) {what}. Pass the weights A (forward(..., return_weights=True)) "
+        f"instead, or scale X down.")
+
+
 def forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False, return_weights=True):
     """Single-head self-attention. Returns (Y, A), or (Y, L) with ``return_weights=False``.
 
@@ -582,6 +688,12 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False, Y=None):
     and of Y when given) are recomputed from X and the weights. A ValueError names the one
     that disagrees. Not checked: rows outside the sample, and differences within the
     rounding of the scores (where the scores are huge, that rounding is large).
+
+    Where the softmax saturates, L's own rounding (eps |L|) and that of dY . Y are of the
+    size of what they round; the L path takes both out at each row's largest weight (see
+    ``_attend_backward_tiled``), and gives the weights' gradients at any score. A row that
+    is not saturated and whose weights L leaves off by more than sqrt(eps) is a ValueError
+    naming A (here L): pass the weights instead.
     """
     X, Wq, Wk, Wv = _check_self(X, Wq, Wk, Wv, scale, causal)
     X3 = _batch3(X)
@@ -606,6 +718,7 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False, Y=None):
         Y = v.as_float_array("Y", Y, X.ndim, X.dtype)
         v.check_shape("Y", Y, lead + (d_v,))
         Y = _batch3(Y)
+    L_dtype = A.dtype                                # L's digits: float64 from forward
     A = _batch3(A) if weights else A.reshape(B, T).astype(np.float64, copy=False)
     dY = _batch3(dY)
     Q, K, V = _project(X3, Wq, Wk, Wv, reuse=True)   # the forward's, if X and the weights are
@@ -629,11 +742,14 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False, Y=None):
             _check_lse(A, L2, X.dtype)
         else:
             _check_against_forward(Qs, K, V, factor_s, causal, L=A, Y=Y)
+        rows = workspace.buffer("row_fix", (3, B, T), np.float64)
         _attend_backward_tiled(Qs, K, V, A, Y, dY, factor_s, factor, bool(causal), tq, tk,
-                               dQ, dK, dV, workspace.buffer("D", (B, T), np.float64),
+                               dQ, dK, dV, workspace.buffer("D", (B, T), np.float64), rows,
+                               workspace.buffer("row_top", (B, T), np.int64),
                                workspace.buffer("tiles_bwd", (2 * tq * tk + tq * d_k
                                                                + tk * max(d_k, d_v),), X.dtype),
                                workspace.buffer("exp_bits", (tk,), np.int64))
+        _check_row_weights(A, L_dtype, rows[1], rows[2], X.dtype)
         if e:
             dK *= dK.dtype.type(2.0 ** e)            # dK = dS^T Q, and the kernel saw Q / 2^e
     if Wq is None:
@@ -722,9 +838,12 @@ def _alignment(S, H, Wsa, Wha, va, use_tanh):
     T_y, T_x, d_a = S.shape[0], H.shape[0], va.shape[0]
     Ps = matmul(S, Wsa.T)                            # (T_y, d_a): one projection per step
     Ph = matmul(H, Wha.T)                            # (T_x, d_a): one per position
+    _check_finite("Wsa s_i", Ps, "the projection")
+    _check_finite("Wha h_j", Ph, "the projection")
     Tn = np.empty((T_y, T_x, d_a), dtype=S.dtype)
     alpha = np.empty((T_y, T_x), dtype=S.dtype)
     _alignment_grid(Ps, Ph, va, use_tanh, Tn, alpha)
+    _check_finite("e_ij = va . phi(Wsa s_i + Wha h_j)", alpha, "the score")   # Tn's overflow too
     _softmax_rows_inplace(alpha, 1.0, False, np.empty(T_x, dtype=np.int64))
     return alpha, Tn
 
@@ -745,7 +864,8 @@ def alignment_backward(S, H, Wsa, Wha, va, dC, nonlinearity="tanh"):
 
     Returns ``AlignmentGrads``; the gradient reaching H is also split into its two
     routes, which sum to dH: the value route alpha^T dC and the score route
-    through the alignment model.
+    through the alignment model. A gradient that overflows (the score route grows like
+    |H|^2 without tanh) is a FloatingPointError naming it, never a NaN.
     """
     S, H, Wsa, Wha, va = _check_alignment(S, H, Wsa, Wha, va, nonlinearity)
     dC = v.as_float_array("dC", dC, 2, S.dtype)
@@ -761,8 +881,11 @@ def alignment_backward(S, H, Wsa, Wha, va, dC, nonlinearity="tanh"):
     dva = np.zeros_like(va)
     _alignment_grid_backward(Tn, va, dE, use_tanh, dPs, dPh, dva)
     dH_score = matmul(dPh, Wha)                      # route 2: h_j inside a(s_i, h_j)
-    return AlignmentGrads(
+    grads = AlignmentGrads(
         dS=matmul(dPs, Wsa), dH=dH_value + dH_score, dWsa=matmul(dPs.T, S),
         dWha=matmul(dPh.T, H), dva=dva,
         dH_value=dH_value, dH_score=dH_score,
     )
+    for name, g in zip(grads._fields, grads):        # e.g. dva = sum dE phi(p): |dE| |p| ~ |H|^2
+        _check_finite(name, g, "the gradient")
+    return grads

@@ -32,6 +32,7 @@ the same way. A real input gets the real part of its complex gradient.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numba
@@ -278,6 +279,79 @@ def _interleaved(B, real):
     return B2
 
 
+def _sample_steps(T):
+    """Steps 0, 1 and up to 8 spread over 0..T-1: where the backward checks H."""
+    return np.unique(np.r_[np.linspace(0, T - 1, min(T, 8)).round().astype(np.int64), min(1, T - 1)])
+
+
+def _check_states(X, H, lam, B, h03):
+    """ValueError naming H unless, at a few sampled steps of every sequence, h_t = lam h_{t-1}
+    + B x_t holds within rounding: states from another X, lam, B or h0 do not pass.
+
+    O(Bn k d_h d_in) for k <= 9 steps. Tolerance: 1024 eps times the sequence's largest
+    |h_t| + |lam| |h_{t-1}| + |B| |x_t| per unit over those steps (every method's states meet
+    the recurrence within 1.1 eps of that, measured up to T = 65536 on |lam| in [0.3, 1],
+    both precisions); lam / 2, say, misses it by a quarter of the state.
+    """
+    T = H.shape[-2]
+    H3 = H.reshape(-1, T, H.shape[-1])                             # (Bn, T, d_h)
+    X3 = X.reshape(-1, T, X.shape[-1])
+    ts = _sample_steps(T)
+    wide = np.complex128 if H.dtype.kind == "c" else np.float64
+    h = H3[:, ts].astype(wide)                                     # (Bn, k, d_h)
+    prev = np.where((ts > 0)[None, :, None], H3[:, np.maximum(ts - 1, 0)].astype(wide),
+                    h03[:, None, :].astype(wide))
+    x = X3[:, ts].astype(np.complex128 if X.dtype.kind == "c" else np.float64)
+    lamw, Bw = lam.astype(np.complex128 if lam.dtype.kind == "c" else np.float64), \
+        B.astype(np.complex128 if B.dtype.kind == "c" else np.float64)
+    gap = np.abs(h - lamw * prev - x @ Bw.T)                        # (Bn, k, d_h)
+    size = np.abs(h) + np.abs(lamw) * np.abs(prev) + np.abs(x) @ np.abs(Bw).T
+    tol = 1024 * np.finfo(H.real.dtype).eps * size.max(axis=1, keepdims=True)
+    bad = ~(gap <= tol)
+    if bad.any():
+        b, n, i = (int(a) for a in np.argwhere(bad)[0])
+        where = f" of sequence {b}" if X.ndim == 3 else ""
+        raise ValueError(
+            f"H does not follow from X, lam, B and h0: at step t={ts[n] + 1}{where}, unit {i}, "
+            f"h_t - lam h_(t-1) - B x_t is {gap[b, n, i]:.3g} where rounding allows "
+            f"{tol[b, 0, i]:.3g}. Pass backward the lam, B and h0 that forward used (h0=None "
+            f"means zeros), and the H it returned for this X.")
+
+
+def _log_growth_bound(X, lam, B, h03, T):
+    """ln of an upper bound on every |h_t| (and on what the parallel scans combine):
+    max(1, max|lam|)^T (max|h0| + T max|x| max_i sum_k |B_ik|). O(size of X + d_h d_in)."""
+    r = float(np.abs(lam).max())
+    x = float(np.abs(X).max()) if X.dtype.kind == "c" else max(float(X.max()), -float(X.min()))
+    with np.errstate(over="ignore"):
+        size = float(np.abs(h03).max()) + T * x * float(np.abs(B).sum(axis=1).max())
+    if size == 0.0:
+        return -math.inf
+    return T * math.log(max(1.0, r)) + math.log(size)       # inf where size overflows
+
+
+def _check_overflow(G, lam, what, inputs, reverse=False):
+    """FloatingPointError naming lam and the first step (of the scan's direction) where the
+    scanned G (Bn, T, d_h) is not finite; ``inputs`` names what to scale down otherwise."""
+    bad = ~np.isfinite(G).all(axis=2)                              # (Bn, T)
+    if not bad.any():
+        return
+    Bn, T = bad.shape
+    steps = np.flatnonzero(bad.any(axis=0))
+    t = int(steps[-1] if reverse else steps[0])
+    seq = int(np.flatnonzero(bad[:, t])[0])
+    where = f" of sequence {seq}" if Bn > 1 else ""
+    order = " (the reverse scan runs from t=T down)" if reverse else ""
+    r = float(np.abs(lam).max())
+    why = (f"max |lam| = {r:.6g} > 1, and the state grows like |lam|^t: use |lam| <= 1 "
+           f"(lru.ring_init keeps it there), a shorter sequence, or smaller inputs"
+           if r > 1.0 else f"the inputs are too large: scale {inputs} down")
+    raise FloatingPointError(
+        f"the LRU overflowed: {what} is not finite from step t={t + 1} of {T}{where}{order}, "
+        f"although every input is finite ({G.dtype} holds at most "
+        f"{np.finfo(G.dtype).max:.3g}); {why}.")
+
+
 def forward(X, lam, B, h0=None, method="sequential", chunks=None):
     """Run h_t = lam * h_{t-1} + B x_t over every position and return h_1..h_T.
 
@@ -286,20 +360,27 @@ def forward(X, lam, B, h0=None, method="sequential", chunks=None):
     precision (float32 with complex64, float64 with complex128). Returns H,
     (T, d_h) or (B, T, d_h), complex when any input is. ``method``: "sequential",
     "blelloch" or "chunked" (``chunks`` chunks, default one per Numba thread);
-    every method gives the same H up to rounding.
+    every method gives the same H up to rounding. Where the states could overflow
+    (|lam| > 1 over a long sequence, or huge inputs), H is checked: a FloatingPointError
+    names lam and the first step that is not finite.
     """
     X, lam, B, h0, h03, dtype, batched = _check(X, lam, B, h0, method, chunks)
     H = np.empty(X.shape[:-1] + (lam.shape[0],), dtype=dtype)
     _input_products(X, B, H)                          # u_t = B x_t: the half that parallelises
     # a fresh lam (d_h values): a read-only one would compile the kernels again
-    _scan(H if batched else H[None], lam.astype(dtype), h03, method, chunks, False)
+    H3 = H if batched else H[None]
+    _scan(H3, lam.astype(dtype), h03, method, chunks, False)
+    if not _log_growth_bound(X, lam, B, h03, H3.shape[1]) < math.log(np.finfo(dtype).max / 16):
+        _check_overflow(H3, lam, "h_t", "X, B or h0")        # only where it could overflow
     return H
 
 
 def backward(X, H, lam, B, dH, h0=None, method="sequential", chunks=None):
     """Backpropagation through the recurrence from an upstream gradient dH (shaped like H).
 
-    H must be what ``forward`` returned for these inputs. The gradient at every
+    H must be what ``forward`` returned for these inputs: checked, cheaply, at a few
+    sampled steps of every sequence (h_t = lam h_{t-1} + B x_t within rounding); a
+    ValueError names the first that does not follow. The gradient at every
     state, G_t = dH_t + conj(lam) G_{t+1}, is a reverse scan (``method`` as in
     ``forward``); then dX = G conj(B), dB = G^T conj(X), dlam = sum conj(h_{t-1}) G_t
     and dh0 = conj(lam) G_1, in PyTorch's convention for complex gradients (see the
@@ -318,6 +399,7 @@ def backward(X, H, lam, B, dH, h0=None, method="sequential", chunks=None):
     v.check_shape("dH", dH, H.shape)
     if dH.dtype.kind == "c" and dtype.kind != "c":
         raise TypeError(f"dH is {dH.dtype} but H is real ({dtype}); please pass dH.real.")
+    _check_states(X, H, lam, B, h03)
     G = workspace.buffer("lru_G", H.shape, dtype)    # dl/dh_t, shaped like H (internal)
     G[...] = dH
     lamc = lam.astype(dtype)                          # fresh: never read-only (see forward)
@@ -339,6 +421,8 @@ def backward(X, H, lam, B, dH, h0=None, method="sequential", chunks=None):
         dX = matmul(R, _interleaved(B, X.dtype))       # Re(G conj(B))
         dB2 = matmul(R.T, X2)                          # (2 d_h, d_in): Re, Im rows of G^T X
         dB = dB2[0::2] + 1j * dB2[1::2] if B.dtype.kind == "c" else dB2[0::2].copy()
+    if not (np.isfinite(dlam).all() and np.isfinite(dB).all()):   # each sums every G_t
+        _check_overflow(G3, lam, "dl/dh_t", "dH", reverse=True)
     if shared_h0:
         dh0 = dh0.sum(axis=0)
     elif not batched:

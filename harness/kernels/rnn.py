@@ -225,8 +225,9 @@ def _check_finite(H, what):
 
 
 def _check_states(X, H, W_xh, W_hh, h0, use_tanh):
-    """Cheap checks that H came from this forward: tanh states lie in [-1, 1], and the first two
-    steps imply the same bias b = phi^-1(h_t) - W_xh x_t - W_hh h_{t-1} (b itself is not passed)."""
+    """Cheap checks that H came from this forward: tanh states lie in [-1, 1], and in every
+    sequence the first two steps imply the same bias b = phi^-1(h_t) - W_xh x_t - W_hh h_{t-1}
+    (b itself is not passed). O(B d_h (d_h + d_in)): two steps per sequence, all at once."""
     top = float(np.abs(H).max())
     if use_tanh and top > 1.0:
         raise ValueError(f"H holds values up to {top:.3g} in magnitude, which tanh cannot produce: "
@@ -235,29 +236,33 @@ def _check_states(X, H, W_xh, W_hh, h0, use_tanh):
     T = H.shape[-2]
     if T < 2:
         return
-    x, h, hp = X.reshape(-1, *X.shape[-2:])[0], H.reshape(-1, *H.shape[-2:])[0], \
-        h0.reshape(-1, h0.shape[-1])[0]
-    prev = (hp, h[0])
+    x = X.reshape(-1, *X.shape[-2:])[:, :2]                       # (B, 2, d_in)
+    h = H.reshape(-1, *H.shape[-2:])[:, :2]                       # (B, 2, d_h)
+    prev = np.stack([h0.reshape(-1, h0.shape[-1]), h[:, 0]], axis=1)   # (B, 2, d_h): h_0, h_1
     with np.errstate(divide="ignore", invalid="ignore"):        # atanh(+-1): masked out below
-        a = [np.arctanh(h[t]) if use_tanh else h[t] for t in (0, 1)]
-    terms = [(W_xh @ x[t], W_hh @ prev[t]) for t in (0, 1)]
+        a = np.arctanh(h) if use_tanh else h
+    terms = (x @ W_xh.T, prev @ W_hh.T)                           # (B, 2, d_h) each
     with np.errstate(invalid="ignore"):                           # inf - inf at atanh(+-1): masked
-        r = [a[t] - terms[t][0] - terms[t][1] for t in (0, 1)]
-        scale = sum(np.abs(a[t]) + np.abs(terms[t][0]) + np.abs(terms[t][1]) for t in (0, 1))
+        r = a - terms[0] - terms[1]
+        scale = (np.abs(a) + np.abs(terms[0]) + np.abs(terms[1])).sum(axis=1)   # (B, d_h)
     eps = np.finfo(H.dtype).eps
     if use_tanh:                  # atanh amplifies rounding by 1 / (1 - h^2): leave saturated states out
-        ok = (np.abs(h[0]) < 0.9) & (np.abs(h[1]) < 0.9)
-        amp = 1.0 / np.maximum(1.0 - np.maximum(h[0] ** 2, h[1] ** 2), 0.19)   # 0.19 = 1 - 0.9^2
+        ok = (np.abs(h) < 0.9).all(axis=1)                        # (B, d_h)
+        amp = 1.0 / np.maximum(1.0 - (h ** 2).max(axis=1), 0.19)    # 0.19 = 1 - 0.9^2
     else:
-        ok, amp = np.ones(h.shape[-1], bool), 1.0
+        ok, amp = np.ones(scale.shape, bool), 1.0
     tol = 256 * eps * (scale * amp + float(np.abs(W_hh).sum(axis=1).max()) + 1.0)
     with np.errstate(invalid="ignore"):
-        gap = np.abs(r[0] - r[1])
-    if (ok & (gap > tol)).any():
+        gap = np.abs(r[:, 0] - r[:, 1])                           # (B, d_h)
+    bad = ok & (gap > tol)
+    if bad.any():
+        seq = int(np.flatnonzero(bad.any(axis=1))[0])
+        where = f" in sequence {seq}" if X.ndim == 3 else ""
         raise ValueError(
-            f"H does not follow from X and h0: steps 1 and 2 imply different biases (largest "
-            f"difference {float(gap[ok].max()):.3g}). Pass backward the h0 and the activation "
-            f"that forward used (h0=None means zeros), and the H it returned for this X.")
+            f"H does not follow from X and h0{where}: steps 1 and 2 imply different biases "
+            f"(largest difference {float(gap[seq][ok[seq]].max()):.3g}). Pass backward the h0 and "
+            f"the activation that forward used (h0=None means zeros), and the H it returned for "
+            f"this X.")
 
 
 def _parameter_products(X, H, W_xh, h0, dA):
@@ -367,11 +372,11 @@ def backward(X, H, W_xh, W_hh, dH, h0=None, activation="tanh"):
     """Full backpropagation through time from an upstream gradient dH (shaped like H).
 
     H must be the states that ``forward`` returned for these inputs, with the same h0
-    and activation. What is checked, cheaply: tanh states lie in [-1, 1], and the
-    first two steps of H follow from X, W_hh and h0 with one bias (b is not needed
-    here). What cannot be checked: later steps, states saturated past |h| = 0.9,
-    and whether dH is the gradient meant. Returns an ``RNNGrads`` with dX, dW_xh,
-    dW_hh, db and dh0.
+    and activation. What is checked, cheaply: tanh states lie in [-1, 1], and in
+    every sequence the first two steps of H follow from X, W_hh and h0 with one bias
+    (b is not needed here). What cannot be checked: later steps, states saturated
+    past |h| = 0.9, and whether dH is the gradient meant. Returns an ``RNNGrads`` with
+    dX, dW_xh, dW_hh, db and dh0.
     """
     shared_h0 = h0 is not None and np.ndim(h0) == 1 and np.ndim(X) == 3
     X, W_xh, W_hh, _, h0, batched = _check(X, W_xh, W_hh, None, h0, activation)

@@ -176,9 +176,3 @@ def row_dot(a, b, n):
     for j in range(n):
         s += np.float64(a[j]) * np.float64(b[j])
     return s
-
-
-@njit(cache=True)
-def exp_nonpositive_inplace(a, scratch):
-    """a[:] = exp(a[:]) for a <= 0 (shifted softmax scores); -inf gives 0."""
-    exp_shifted_inplace(a, a.shape[0], 0.0, 1.0, scratch)

@@ -31,6 +31,8 @@ NAMES = (
     "rnn",
     "attention",
     "lru",
+    "lstm",
+    "gru",
 )
 
 # The lessons' two models, whose claims the report's captions state.
@@ -43,7 +45,8 @@ PARALLEL_RECURRENCE = "lru"
 # this order. The configuration's columns come first (the summary groups by them; a family
 # leaves NaN those it has no notion of: attention has no rho); a family measures
 # log10_norm and fills the other measured columns it has (NaN otherwise).
-PATH_KEYS = ("model", "weight", "activation", "rho", "input_scale", "T", "d", "seed")
+PATH_KEYS = ("model", "weight", "activation", "rho", "input_scale", "T", "d", "seed",
+             "gate_bias")   # the gated recurrences' bias on the gate that keeps the state
 PATH_COLUMNS = PATH_KEYS + (
     "sigma_max",        # the largest singular value of the step's matrix (NaN: none)
     "distance",         # k: from position T-k to position T
@@ -55,6 +58,7 @@ PATH_COLUMNS = PATH_KEYS + (
     "log10_value",      # attention's value route (x_j as a term of alpha.V)
     "log10_score",      # attention's score route (x_j inside alpha)
     "norm_measure",     # which measure log10_norm is: "spectral" or "probe"
+    "log10_gated",      # the gated recurrences' additive route alone: prod f (LSTM), prod z (GRU)
 )
 # Family.path.summary's keys, in this order (gradpath.summarise names them as its columns)
 PATH_SUMMARY_KEYS = ("fitted_rate", "fitted_rate_probe", "theory_rate", "bound_rate",

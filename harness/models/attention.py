@@ -191,9 +191,19 @@ def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=No
     log10_value / log10_score its two routes. Every k crosses one alpha factor. Only the
     last row of alpha is computed, and the Jacobians PATH_CHUNK distances at a time:
     memory O(T d + PATH_CHUNK d^2), time O(T d^3) for the spectral norms.
+
+    Each norm is taken in logs, as ln alpha_Tj plus the log of the rest: the value route
+    alpha_Tj Wv^T, the score route alpha_Tj (v_j - y_T) g^T (rank one: the product of two
+    vector norms) and their sum alpha_Tj (Wv^T + (v_j - y_T) g^T), scaled to a largest
+    term of 1 before its SVD. So an alpha_Tj below float64's range (input scale 100) or a
+    score route of 1e-600 (input scale 1e-300) is a finite log, not -inf. A route that is
+    exactly zero (input scale 0: q_T = 0 and every v_j = y_T, so no score route) has no
+    logarithm: NaN. Scores q_T . k_j past float64 are a ValueError naming input_scale.
     """
     check_real("input_scale", input_scale)
     check_seed("seed", seed)
+    scaled = f"input_scale={input_scale!r}: use a smaller --input-scale" if X is None else \
+        "X: scale X down"
     if X is None:
         check_int("T", T, 2)
         check_int("d", d)
@@ -202,16 +212,52 @@ def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=No
         Wq, Wk, Wv = (rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(3))
     elif any(w is None for w in (Wq, Wk, Wv)):
         raise ValueError("Wq, Wk and Wv must be given together with X.")
-    row = _last_row(X, Wq, Wk, Wv)
-    T, d = np.shape(X)
-    total, value, score = (np.empty(T - 1) for _ in range(3))
+    with np.errstate(over="ignore", invalid="ignore"):      # named below, not warned
+        _, V, y, g, Wv = _last_row(X, Wq, Wk, Wv)
+        T, d = np.shape(X)
+        X64, Wq64, Wk64 = (np.asarray(m, dtype=np.float64) for m in (X, Wq, Wk))
+        e = (X64 @ Wk64) @ (X64[T - 1] @ Wq64) / math.sqrt(Wq64.shape[1])   # _last_row's scores
+    if not (np.isfinite(e).all() and np.isfinite(V).all() and np.isfinite(g).all()):
+        raise ValueError(f"the scores q_T . k_j overflow float64 (they grow like the square of "
+                         f"the inputs) at {scaled}.")
+
+    def ln_norm_and_unit(A):                                  # rows of A, scaled: no underflow
+        top = np.abs(A).max(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            B = np.where(top > 0, A / top, 0.0)
+            n = np.linalg.norm(B, axis=-1, keepdims=True)
+            return (np.log(top) + np.log(n))[..., 0], np.where(n > 0, B / n, 0.0)
+
+    ln_a = e - e.max()
+    ln_a -= math.log(np.exp(ln_a).sum())                      # ln alpha_T (T,): never -inf
+    ln_r, U = ln_norm_and_unit(V[:T - 1] - y)                 # ln ||v_j - y_T||, its direction
+    top = int(np.argmax(ln_a))
+    if top < T - 1:      # y_T - v_top = sum_i alpha_i (v_i - v_top): no cancellation, no underflow
+        rest = np.arange(T) != top
+        m = ln_a[rest].max()
+        ln_d, u = ln_norm_and_unit((np.exp(ln_a[rest] - m)[:, None] * (V[rest] - V[top])).sum(axis=0))
+        ln_r[top], U[top] = m + ln_d, -u
+    ln_a = ln_a[:T - 1]
+    ln_g, w = ln_norm_and_unit(g)
+    n_v = float(np.linalg.svd(Wv, compute_uv=False)[0])
     with np.errstate(divide="ignore"):
-        def lg(J):
-            return np.log10(np.linalg.svd(J, compute_uv=False)[:, 0])
+        ln_v = math.log(n_v) if n_v > 0 else -math.inf          # ||Wv^T||
+    ln_s = ln_r + ln_g                                        # ||(v_j - y_T) g^T||: rank one
+    ln_t = np.empty(T - 1)
+    if n_v == 0.0:                                            # Wv = 0: the score route alone
+        ln_t[:] = ln_s
+    else:
+        big = np.maximum(ln_v, ln_s)                          # the larger term, taken out
+        Wt = Wv.T / n_v
         for lo in range(0, T - 1, PATH_CHUNK):
             hi = min(lo + PATH_CHUNK, T - 1)
-            Jv, Js = _route_jacobians(*row, lo, hi)
-            total[lo:hi], value[lo:hi], score[lo:hi] = lg(Jv + Js), lg(Jv), lg(Js)
+            cv = np.exp(ln_v - big[lo:hi])                    # (n,), each <= 1, one of cv, cs = 1
+            cs = np.exp(ln_s[lo:hi] - big[lo:hi])
+            M = cv[:, None, None] * Wt[None] + (cs[:, None] * U[lo:hi])[:, :, None] * w[None, None, :]
+            ln_t[lo:hi] = big[lo:hi] + np.log(np.linalg.svd(M, compute_uv=False)[:, 0])
+    total, value, score = ((ln_a + x) / math.log(10.0) for x in (ln_t, ln_v, ln_s))
+    for route in (total, value, score):
+        route[np.isneginf(route)] = np.nan                    # exactly zero: no logarithm
     k = np.arange(1, T)
     idx = T - 1 - k                                        # x_{T-k}, 0-based
     return path_frame("attention", k, weight="gaussian", activation="softmax",

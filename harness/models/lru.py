@@ -23,13 +23,11 @@ import pandas as pd
 
 from harness.kernels import lru
 from harness.analysis import trace
-from harness.infra.stats import fit_rate
+from harness.infra.stats import LN10, fit_rate
 from harness.infra.validate import check_int, check_real, check_seed
 from harness.infra.config import LRU
 from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
                             path_frame, path_options)
-
-LN10 = math.log(10.0)
 
 
 # ------------------------------------------------------------------ the traced forwards
@@ -252,12 +250,16 @@ def gradient_path(job, config):
 
 def path_summary(g, fit_from):
     """The fitted rate beside its exact value ln max|lam| (theory and bound alike: the
-    Jacobian is diagonal, so its norm is exactly max|lam|^k and there is no transient)."""
+    Jacobian is diagonal, so its norm is exactly max|lam|^k and there is no transient).
+    ``bound_respected``: every k's norm is within the bound, up to 1e-9 relative to the
+    size compared (a log norm summed over 10^6 steps is rounded far past 1e-9 absolute)."""
     rate = fit_rate(g["log10_norm"].to_numpy() * LN10, fit_from)
     exact = math.log(float(g["sigma_max"].iloc[0]))
-    excess = g["log10_norm"].to_numpy() - g["log10_bound"].to_numpy()
+    log10_bound = g["log10_bound"].to_numpy()
+    excess = g["log10_norm"].to_numpy() - log10_bound
+    within = np.nanmax(excess - 1e-9 * np.maximum(1.0, np.abs(log10_bound))) <= 0.0
     return {"fitted_rate": rate, "fitted_rate_probe": np.nan, "theory_rate": exact,
-            "bound_rate": exact, "bound_respected": bool(np.nanmax(excess) <= 1e-9),
+            "bound_rate": exact, "bound_respected": bool(within),
             "log10_transient": float(np.nanmax(g["log10_norm"] - g["log10_linear"]))}
 
 
@@ -413,12 +415,11 @@ def chunked_scaling(config=LRU, seed=0):
     """The chunked scan's forward on each of ``config.scaling_threads``, interleaved rounds.
 
     One row per thread count: median seconds, the speed-up over the first thread count
-    (a median of per-round ratios, with a 95 % bootstrap interval), and the noise floor:
-    the same ratio between two identical 1-thread calls timed in the same rounds.
+    (a median of per-round ratios, with its 95 % bootstrap interval over the rounds,
+    ``stats.bootstrap_interval``), and the noise floor: the same ratio between two identical
+    1-thread calls timed in the same rounds.
     """
-    from scipy.stats import bootstrap
-
-    from harness.infra import machine, timing
+    from harness.infra import machine, stats, timing
     X, (lam, B) = inputs(config.scaling_T, config.scaling_d, 1, config.scaling_dtype, seed)
 
     def call(n):
@@ -435,12 +436,8 @@ def chunked_scaling(config=LRU, seed=0):
     for n in fns:
         ratio = samples[base] / samples[n]                 # per round: paired, same load
         low = high = 1.0                                   # the base against itself
-        if n != base and len(ratio) > 2:
-            ci = bootstrap((ratio,), np.median, confidence_level=0.95, n_resamples=999,
-                           method="percentile", random_state=seed).confidence_interval
-            low, high = float(ci.low), float(ci.high)
-        elif n != base:
-            low = high = np.nan
+        if n != base:
+            low, high = stats.bootstrap_interval(lambda r: np.median(r, axis=1), ratio, seed=seed)
         rows.append(dict(T=config.scaling_T, d=config.scaling_d, dtype=config.scaling_dtype,
                          threads=base if n == "floor" else n, noise_floor=n == "floor",
                          seconds=float(np.median(samples[n])), speedup=float(np.median(ratio)),

@@ -24,14 +24,13 @@ import pandas as pd
 from harness.kernels import jacobian, rnn
 from harness.models import reference
 from harness.analysis import trace
-from harness.infra.stats import fit_rate
+from harness.infra.stats import LN10, fit_rate
 from harness.infra.validate import (as_float_array, check_choice, check_int, check_memory,
                                check_positive, check_real, check_seed)
 from harness.infra.config import ACTIVATIONS, DECAY, MEASURES, WEIGHTS
 from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
-                            path_frame)
+                            path_frame, torch_peers)
 
-LN10 = math.log(10.0)
 PROBE_SEED = 12345      # the fixed random probe u of the loss u.h_T, the same in every measure
 
 
@@ -290,19 +289,24 @@ def path_summary(g, fit_from):
     ``theory_rate`` is log(rho) for identity (exact on orthogonal W_hh, the asymptote
     on gaussian) and NaN for tanh, whose theory is the bound: ``bound_rate`` =
     log(sigma_max * gamma), gamma = 1. ``bound_respected``: the fitted rate and every
-    k's norm are within the bound. ``log10_transient``: max_k (log10 norm - k log10 rho).
+    k's norm are within the bound, up to 1e-9 relative to the size compared (a log norm
+    is a sum of k logs: at k = 10^6 an orthogonal identity RNN's -45,757 is 1.8e-7 over
+    its equal bound). ``log10_transient``: max_k (log10 norm - k log10 rho).
     """
     rate = fit_rate(g["log10_norm"].to_numpy() * LN10, fit_from)
     bound = float(g["log10_bound"].iloc[0] / g["distance"].iloc[0]) * LN10   # ln sigma_max, also
                                                                              # where sigma_max overflows
     first = g.iloc[0]
-    excess = g["log10_norm"].to_numpy() - g["log10_bound"].to_numpy()
+    log10_bound = g["log10_bound"].to_numpy()
+    excess = g["log10_norm"].to_numpy() - log10_bound
+    with np.errstate(invalid="ignore"):                  # inf - inf where sigma_max overflows
+        within = np.nanmax(excess - 1e-9 * np.maximum(1.0, np.abs(log10_bound))) <= 0.0
     return {
         "fitted_rate": rate,
         "fitted_rate_probe": fit_rate(g["log10_probe"].to_numpy() * LN10, fit_from),
         "theory_rate": math.log(first["rho"]) if first["activation"] == "identity" else np.nan,
         "bound_rate": bound,
-        "bound_respected": bool(rate <= bound + 1e-9 and np.nanmax(excess) <= 1e-9),
+        "bound_respected": bool(rate <= bound + 1e-9 * max(1.0, abs(bound)) and within),
         "log10_transient": float(np.nanmax(g["log10_norm"] - g["log10_linear"])),
     }
 
@@ -339,34 +343,8 @@ def peers(X, W, dH, torch=None):
         "gemm": (rnn.forward_blas_only(X, W_xh, W_hh), rnn.backward_blas_only(X, H, W_xh, W_hh),
                  None),
     }
-    if torch is None:
-        return impls
-    d = W_hh.shape[0]
-    batched = X.ndim == 3
-    m = torch.nn.RNN(X.shape[-1], d, nonlinearity="tanh", bias=False, batch_first=True)
-    m = m.to(getattr(torch, X.dtype.name))
-    with torch.no_grad():
-        m.weight_ih_l0.copy_(torch.from_numpy(W_xh))
-        m.weight_hh_l0.copy_(torch.from_numpy(W_hh))
-    Xt = torch.from_numpy(X if batched else X[None]).clone()
-
-    def t_forward():
-        with torch.no_grad():
-            return m(Xt)[0]
-
-    Xg = Xt.clone().requires_grad_(True)
-    out = m(Xg)[0]
-    g = torch.from_numpy(dH if batched else dH[None])
-
-    def t_backward():
-        out.backward(g, retain_graph=True)
-
-    def t_outputs():
-        Xg.grad = None
-        out.backward(g, retain_graph=True)
-        return t_forward().numpy().reshape(H.shape), Xg.grad.numpy().reshape(X.shape)
-
-    impls["torch"] = (t_forward, t_backward, t_outputs)
+    if torch is not None:                    # nn.RNN's default nonlinearity is tanh
+        impls["torch"] = torch_peers.recurrent(torch.nn.RNN, X, W, dH, H.shape, torch)
     return impls
 
 

@@ -1,0 +1,554 @@
+"""The GRU, forward and exact backpropagation through time, compiled with Numba.
+
+Weights in PyTorch's layout and gate order, so that ``torch.nn.GRU``'s ``weight_ih_l0``,
+``weight_hh_l0``, ``bias_ih_l0`` and ``bias_hh_l0`` can be passed as they are. With
+the rows split in three blocks of d_h (r, z, n):
+
+    r_t = sigma(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)
+    z_t = sigma(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
+    n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn))
+    h_t = (1 - z_t) * n_t + z_t * h_{t-1}
+
+The input products W_ih x_t for every t are one matrix product before the loop, and
+each step is one BLAS product with W_hh into a preallocated buffer, then two vectorised
+tanh passes (``vmath``), one for r and z (sigma(a) = 1/2 + tanh(a/2)/2) and one for n,
+which needs r first. Nothing is allocated per step.
+
+The forward leaves r, z, n and W_hn h_{t-1} + b_hn (what dr needs) in per-thread
+scratch buffers and notes which H they belong to; a backward handed that same H (and
+the same input arrays) reads them there, any other rebuilds them from X and H with
+two GEMMs that are parallel over t. The pre-activation gradients differ on the two
+sides only in the n block (dl/d(W_hn h + b_hn) = r * dl/d(n's argument)), so the
+backward keeps the hidden side's in place of the gates, makes dW_hh from it, then
+writes the input side's n block over it for dW_ih and dX: every weight gradient is
+one GEMM after the loop over every step at once.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from harness.infra import validate as v
+from harness.infra import workspace
+from harness.kernels.blas import matmul
+from harness.kernels.vmath import tanh_inplace
+
+GATES = ("r", "z", "n")    # the order of the three row blocks of W_ih, W_hh, b_ih, b_hh
+
+
+# --------------------------------------------------------------------------- forward
+
+@njit(cache=True, fastmath={"reassoc"})
+def _nonfinite(u):
+    # True if some u[j] is inf or NaN: u[j] * 0 is 0 for every finite value and NaN otherwise.
+    # Reassociated so that the sum vectorises (without nnan and ninf the product is not folded)
+    s = 0.0
+    for j in range(u.shape[0]):
+        s += u[j] * 0.0
+    return s != s
+
+
+@njit(cache=True, error_model="numpy")
+def _gates(g, a, hn, b_ih, b_hh, d_h, scratch):
+    # g (3 d_h,): W_ih x_t on entry, r, z, n on exit; a (3 d_h,): W_hh h_{t-1};
+    # hn (d_h,) <- W_hn h_{t-1} + b_hn. Returns True if a product overflowed (tanh would turn
+    # an inf into a plausible +-1)
+    for j in range(2 * d_h):                     # sigma(u) = 1/2 + tanh(u/2)/2; u/2 is exact
+        g[j] = (g[j] + b_ih[j] + a[j] + b_hh[j]) * 0.5
+    rz = g[:2 * d_h]
+    overflow = _nonfinite(rz)
+    tanh_inplace(rz, scratch)
+    for j in range(2 * d_h):
+        rz[j] = 0.5 + 0.5 * rz[j]
+    for k in range(d_h):
+        hn[k] = a[2 * d_h + k] + b_hh[2 * d_h + k]
+        g[2 * d_h + k] += b_ih[2 * d_h + k] + g[k] * hn[k]
+    overflow |= _nonfinite(g[2 * d_h:])          # r * inf or inf - inf
+    tanh_inplace(g[2 * d_h:], scratch)
+    return overflow
+
+
+@njit(cache=True, error_model="numpy")
+def _blend(g, h_prev, h, d_h):
+    # h_t = (1 - z) * n + z * h_{t-1}
+    for k in range(d_h):
+        z = g[d_h + k]
+        h[k] = (1.0 - z) * g[2 * d_h + k] + z * h_prev[k]
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_vec(X, W_ih, W_hh, b_ih, b_hh, h0, vec_left, H, G, N):
+    # X (T, d_in), W_ih (3 d_h, d_in), b_ih, b_hh (3 d_h,), h0 (d_h,) -> H (T, d_h),
+    # G (T, 3 d_h): r, z, n of every step, N (T, d_h): W_hn h_{t-1} + b_hn.
+    # W_hh is (3 d_h, d_h), or its contiguous transpose (d_h, 3 d_h) when vec_left.
+    # Returns the first step whose pre-activations overflowed, -1 if none
+    T, d_h = H.shape
+    np.dot(X, W_ih.T, G)                   # G[t] = W_ih x_t for every t: one GEMM
+    scratch = np.empty(2 * d_h, dtype=np.int64)
+    a = np.empty(3 * d_h, dtype=G.dtype)
+    h_prev = h0
+    bad = -1
+    for t in range(T):
+        if vec_left:                       # a = W_hh h_{t-1}: the step that must wait
+            np.dot(h_prev, W_hh, a)
+        else:
+            np.dot(W_hh, h_prev, a)
+        if _gates(G[t], a, N[t], b_ih, b_hh, d_h, scratch) and bad < 0:
+            bad = t
+        _blend(G[t], h_prev, H[t], d_h)
+        h_prev = H[t]
+    return bad, 0
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_batch(X, W_ih, W_hhT, b_ih, b_hh, h0, H, G, N):
+    # X (B, T, d_in), h0 (B, d_h) -> H (B, T, d_h), G (B, T, 3 d_h), N (B, T, d_h), in the
+    # caller's batch-major layout: each step gathers its B rows into a contiguous buffer for the
+    # GEMM. W_hhT is W_hh^T made contiguous, (d_h, 3 d_h). Returns the first (step, sequence)
+    # whose pre-activations overflowed
+    B, T, d_h = H.shape
+    d_in = X.shape[2]
+    np.dot(X.reshape(B * T, d_in), W_ih.T, G.reshape(B * T, 3 * d_h))   # every input product at once
+    scratch = np.empty(2 * d_h, dtype=np.int64)
+    a = np.empty((B, 3 * d_h), dtype=G.dtype)
+    h = h0.copy()                          # (B, d_h): h_{t-1}, then h_t
+    bad_t, bad_r = -1, -1
+    for t in range(T):
+        np.dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 3 d_h): one GEMM per step
+        for r in range(B):
+            g = G[r, t]
+            if _gates(g, a[r], N[r, t], b_ih, b_hh, d_h, scratch) and bad_t < 0:
+                bad_t, bad_r = t, r
+            hr = H[r, t]
+            _blend(g, h[r], hr, d_h)
+            for k in range(d_h):
+                h[r, k] = hr[k]
+    return bad_t, bad_r
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, H, G, N):
+    # As _forward_batch, with the step's quantities as columns, (3 d_h, B) and (d_h, B):
+    # a = W_hh h^T. For float32, OpenBLAS runs (3 d_h, d_h) @ (d_h, B) about 1.4 times as fast
+    # as (B, d_h) @ (d_h, 3 d_h) (B = 32, d_h = 256, one thread), more than the transposed
+    # reads and writes of the rows cost; for float64 the rows form is the faster
+    B, T, d_h = H.shape
+    d_in = X.shape[2]
+    n = 3 * d_h
+    np.dot(X.reshape(B * T, d_in), W_ih.T, G.reshape(B * T, n))   # every input product at once
+    scratch = np.empty(2 * d_h * B, dtype=np.int64)
+    a = np.empty((n, B), dtype=G.dtype)
+    af = a.reshape(n * B)
+    rz, nn = af[:2 * d_h * B], af[2 * d_h * B:]   # r and z rows, n rows: contiguous
+    h = np.ascontiguousarray(h0.T)                 # (d_h, B): h_{t-1}, then h_t
+    hn = np.empty((d_h, B), dtype=G.dtype)
+    bad_t, bad_r = -1, -1
+    for t in range(T):
+        np.dot(W_hh, h, a)                         # (3 d_h, d_h) @ (d_h, B): one GEMM per step
+        for j in range(2 * d_h):
+            bj = b_ih[j] + b_hh[j]
+            for r in range(B):
+                a[j, r] = (a[j, r] + G[r, t, j] + bj) * 0.5
+        if bad_t < 0 and _nonfinite(rz):
+            bad_t, bad_r = t, _first_bad_column(a, 0, 2 * d_h)
+        tanh_inplace(rz, scratch)
+        for m in range(2 * d_h * B):
+            rz[m] = 0.5 + 0.5 * rz[m]
+        for k in range(d_h):
+            bh = b_hh[2 * d_h + k]
+            bi = b_ih[2 * d_h + k]
+            for r in range(B):
+                u = a[2 * d_h + k, r] + bh
+                hn[k, r] = u
+                a[2 * d_h + k, r] = G[r, t, 2 * d_h + k] + bi + a[k, r] * u
+        if bad_t < 0 and _nonfinite(nn):
+            bad_t, bad_r = t, _first_bad_column(a, 2 * d_h, n)
+        tanh_inplace(nn, scratch)
+        for k in range(d_h):
+            for r in range(B):
+                z = a[d_h + k, r]
+                h[k, r] = (1.0 - z) * a[2 * d_h + k, r] + z * h[k, r]
+        _to_rows(a, G, t)                          # back to the caller's layout
+        _to_rows(h, H, t)
+        _to_rows(hn, N, t)
+    return bad_t, bad_r
+
+
+@njit(cache=True, error_model="numpy")
+def _to_rows(a, A, t):
+    # A[r, t, :] = a[:, r] for every r: a (n, B) -> the caller's layout A (B, T, n), in blocks of
+    # 16 rows of a, so that each block's strided reads stay in L1 (1 KiB in float32 for B = 16)
+    n, B = a.shape
+    for j0 in range(0, n, 16):
+        j1 = min(j0 + 16, n)
+        for r in range(B):
+            row = A[r, t]
+            for j in range(j0, j1):
+                row[j] = a[j, r]
+
+
+@njit(cache=True, error_model="numpy")
+def _to_columns(A, t, a):
+    # a[:, r] = A[r, t, :] for every r, blocked as _to_rows
+    n, B = a.shape
+    for j0 in range(0, n, 16):
+        j1 = min(j0 + 16, n)
+        for r in range(B):
+            row = A[r, t]
+            for j in range(j0, j1):
+                a[j, r] = row[j]
+
+
+@njit(cache=True)
+def _first_bad_column(a, j0, j1):
+    # the first column r with a non-finite a[j0:j1, r]
+    for r in range(a.shape[1]):
+        for j in range(j0, j1):
+            if not np.isfinite(a[j, r]):
+                return r
+    return -1
+
+
+@njit(cache=True, error_model="numpy")
+def _gates_from_products(G, P, N, b_ih, b_hh, d_h):
+    # G (n, 3 d_h): W_ih x_t on entry, r, z, n on exit; P (n, 3 d_h): W_hh h_{t-1}; N (n, d_h)
+    scratch = np.empty(2 * d_h, dtype=np.int64)
+    for r in range(G.shape[0]):
+        _gates(G[r], P[r], N[r], b_ih, b_hh, d_h, scratch)
+
+
+# -------------------------------------------------------------------------- backward
+
+@njit(cache=True, error_model="numpy")
+def _step_backward(g, hn, h_prev, dh, direct, d_h):
+    # Reverses one step of one sequence. g (3 d_h,): r, z, n on entry, dl/d(W_hh h_{t-1} + b_hh)
+    # on exit; hn (d_h,): W_hn h_{t-1} + b_hn on entry, dl/d(n's argument) on exit (the input
+    # side's n block); dh: dl/dh_t in full; direct <- dl/dh_{t-1} through z * h_{t-1}
+    for k in range(d_h):
+        r = g[k]
+        z = g[d_h + k]
+        n = g[2 * d_h + k]
+        dn = dh[k] * (1.0 - z) * (1.0 - n * n)     # h = (1 - z) n + z h_prev, tanh' = 1 - n^2
+        g[k] = dn * hn[k] * r * (1.0 - r)           # n's argument holds r * hn; sigma' = s (1 - s)
+        g[d_h + k] = dh[k] * (h_prev[k] - n) * z * (1.0 - z)
+        g[2 * d_h + k] = dn * r
+        hn[k] = dn
+        direct[k] = dh[k] * z
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_vec(H, h0, dH, M, vec_left, G, N):
+    # H, dH (T, d_h); G (T, 3 d_h), N (T, d_h): the forward's gates and W_hn h + b_hn on entry,
+    # the hidden and input sides' pre-activation gradients on exit (see _step_backward).
+    # Returns dl/dh0. M is W_hh (3 d_h, d_h) when vec_left, else W_hh^T made contiguous
+    T, d_h = H.shape
+    carry = np.zeros(d_h, dtype=H.dtype)       # dl/dh_t from step t+1
+    dh = np.empty(d_h, dtype=H.dtype)
+    direct = np.empty(d_h, dtype=H.dtype)
+    for t in range(T - 1, -1, -1):
+        for k in range(d_h):
+            dh[k] = dH[t, k] + carry[k]
+        h_prev = H[t - 1] if t > 0 else h0
+        g = G[t]
+        _step_backward(g, N[t], h_prev, dh, direct, d_h)
+        if vec_left:                           # carry = W_hh^T dl/da_h + z dh
+            np.dot(g, M, carry)
+        else:
+            np.dot(M, g, carry)
+        for k in range(d_h):
+            carry[k] += direct[k]
+    return carry
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_batch(H, h0, dH, W_hh, G, N):
+    # H, dH (B, T, d_h), h0 (B, d_h); G (B, T, 3 d_h), N (B, T, d_h) as in _backward_vec.
+    # Returns dl/dh0 (B, d_h)
+    B, T, d_h = H.shape
+    carry = np.zeros((B, d_h), dtype=H.dtype)
+    dh = np.empty(d_h, dtype=H.dtype)
+    direct = np.empty((B, d_h), dtype=H.dtype)
+    da = np.empty((B, 3 * d_h), dtype=H.dtype)  # the step's rows, contiguous for the GEMM
+    for t in range(T - 1, -1, -1):
+        for r in range(B):
+            for k in range(d_h):
+                dh[k] = dH[r, t, k] + carry[r, k]
+            h_prev = H[r, t - 1] if t > 0 else h0[r]
+            g = G[r, t]
+            _step_backward(g, N[r, t], h_prev, dh, direct[r], d_h)
+            dar = da[r]
+            for j in range(3 * d_h):
+                dar[j] = g[j]
+        np.dot(da, W_hh, carry)                 # rows: (W_hh^T da_t)^T = da_t^T W_hh
+        for r in range(B):
+            for k in range(d_h):
+                carry[r, k] += direct[r, k]
+    return carry
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_batch_cols(H, h0, dH, W_hhT, G, N):
+    # As _backward_batch, with the carry's GEMM in columns: (d_h, 3 d_h) @ (3 d_h, B), the
+    # faster form for float32 (see _forward_batch_cols). W_hhT is W_hh^T made contiguous
+    B, T, d_h = H.shape
+    carry = np.zeros((d_h, B), dtype=H.dtype)
+    dh = np.empty(d_h, dtype=H.dtype)
+    direct = np.empty((B, d_h), dtype=H.dtype)
+    da = np.empty((3 * d_h, B), dtype=H.dtype)
+    for t in range(T - 1, -1, -1):
+        for r in range(B):
+            for k in range(d_h):
+                dh[k] = dH[r, t, k] + carry[k, r]
+            h_prev = H[r, t - 1] if t > 0 else h0[r]
+            g = G[r, t]
+            _step_backward(g, N[r, t], h_prev, dh, direct[r], d_h)
+        _to_columns(G, t, da)
+        np.dot(W_hhT, da, carry)                # W_hh^T da_t, one column per sequence
+        for k in range(d_h):
+            for r in range(B):
+                carry[k, r] += direct[r, k]
+    return np.ascontiguousarray(carry.T)
+
+
+# ---------------------------------------------------------------------------- public
+
+class GRUGrads(NamedTuple):
+    dX: np.ndarray      # like X
+    dW_ih: np.ndarray   # (3 d_h, d_in)
+    dW_hh: np.ndarray   # (3 d_h, d_h)
+    db_ih: np.ndarray   # (3 d_h,), also when b_ih was None (the gradient at a zero bias)
+    db_hh: np.ndarray   # (3 d_h,); differs from db_ih in the n block (b_hn sits inside r *)
+    dh0: np.ndarray     # like h0: (d_h,) unbatched, (B, d_h) batched, (d_h,) if one h0 was shared
+
+
+def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
+    dtype = v.common_dtype("X", X)
+    X = v.as_float_array("X", X, (2, 3))
+    batched = X.ndim == 3
+    B = X.shape[0] if batched else 1
+    T, d_in = X.shape[-2:]
+    W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
+    d_h = W_hh.shape[1]
+    if W_hh.shape[0] != 3 * d_h:
+        raise ValueError(f"W_hh must have shape (3*d_h, d_h) (the gates r, z, n stacked, as "
+                         f"torch.nn.GRU's weight_hh_l0), got {W_hh.shape}.")
+    W_ih = v.as_float_array("W_ih", W_ih, 2, dtype)
+    v.check_shape("W_ih", W_ih, (3 * d_h, d_in))
+    biases = []
+    for name, bias in (("b_ih", b_ih), ("b_hh", b_hh)):
+        if bias is None:
+            bias = np.zeros(3 * d_h, dtype=dtype)
+        else:
+            bias = v.as_float_array(name, bias, 1, dtype)
+            v.check_shape(name, bias, (3 * d_h,))
+        biases.append(bias)
+    if h0 is None:
+        h0 = np.zeros((B, d_h) if batched else d_h, dtype=dtype)
+    else:
+        h0 = v.as_float_array("h0", h0, (1, 2) if batched else 1, dtype)
+        if h0.ndim == 1:
+            v.check_shape("h0", h0, (d_h,))
+            if batched:                          # one h0 shared by every sequence
+                h0 = np.ascontiguousarray(np.broadcast_to(h0, (B, d_h)))
+        else:
+            v.check_shape("h0", h0, (B, d_h))
+    # H, the gates (3 d_h), W_hn h + b_hn, h_{t-1}, W_hh h_{t-1} (3 d_h) and dX, per step
+    v.check_memory(B * T * (9 * d_h + d_in) * X.itemsize, "the GRU's state and gate buffers")
+    return X, W_ih, W_hh, biases[0], biases[1], h0, batched
+
+
+def _check_finite(A, what, where):
+    """A NaN never leaves the backward unannounced: finite inputs gave a non-finite gradient only
+    if a product overflowed; say at which step (of which sequence)."""
+    if np.isfinite(A).all():
+        return
+    bad = (~np.isfinite(A)).reshape(-1, A.shape[-2], A.shape[-1]).any(axis=-1)   # (B, T)
+    t = int(np.flatnonzero(bad.any(axis=0))[0])
+    seq = int(np.flatnonzero(bad[:, t])[0])
+    of = f" of sequence {seq}" if A.ndim == 3 else ""
+    raise FloatingPointError(
+        f"the GRU's backward overflowed: {what} is not finite from step t={t + 1} of "
+        f"{A.shape[-2]}{of}, although every input is finite ({A.dtype} holds at most "
+        f"{np.finfo(A.dtype).max:.3g}). Scale {where} down, or use float64.")
+
+
+def _vec_operands(W_hh, forward):
+    """(M, vec_left) for the unbatched loops: h @ M if vec_left, else M @ h (see
+    ``harness.kernels.lstm._vec_operands`` for the measurements behind the choice)."""
+    if forward:
+        if W_hh.dtype == np.float32:
+            return np.ascontiguousarray(W_hh.T), True
+        return W_hh, False
+    return np.ascontiguousarray(W_hh.T), False
+
+
+def _sigmoid(u):
+    return 0.5 + 0.5 * np.tanh(0.5 * u)
+
+
+def _row_norms(W):
+    """||W[j]||_2 for every row, in one pass and no copy of W."""
+    return np.sqrt(np.einsum("ij,ij->i", W, W))
+
+
+def _check_states(X, H, W_ih, W_hh, b_ih, b_hh, h0):
+    """Cheap check that H came from this forward: the first two steps of every sequence are
+    recomputed from X, the weights and the states entering them (h0, then H's first step), one
+    product for all of them, and must agree to within the rounding of the dtype they were
+    computed in."""
+    X3, H3 = X.reshape(-1, *X.shape[-2:]), H.reshape(-1, *H.shape[-2:])   # (B, T, .)
+    B, T, d_h = H3.shape
+    steps = min(2, T)
+    x = np.ascontiguousarray(X3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, -1)
+    prev = np.concatenate([h0.reshape(B, 1, d_h), H3[:, :steps - 1]], axis=1)   # (B, steps, d_h)
+    hp = np.ascontiguousarray(prev.transpose(1, 0, 2)).reshape(steps * B, d_h)   # step-major rows
+    ax = matmul(x, W_ih.T).astype(np.float64) + b_ih                           # (steps B, 3 d_h)
+    ah = matmul(hp, W_hh.T).astype(np.float64) + b_hh
+    hp = hp.astype(np.float64)
+    r = _sigmoid(ax[:, :d_h] + ah[:, :d_h])
+    z = _sigmoid(ax[:, d_h:2 * d_h] + ah[:, d_h:2 * d_h])
+    hn = ah[:, 2 * d_h:]
+    n = np.tanh(ax[:, 2 * d_h:] + r * hn)
+    h = (1.0 - z) * n + z * hp
+    # rounding: each product is off by ~eps times the sum of its |terms|, at most
+    # ||W_j|| ||x|| + |b_j| (Cauchy-Schwarz), and the derivatives of sigma and tanh are at
+    # most 1/4 and 1
+    sx = np.outer(np.linalg.norm(x, axis=1), _row_norms(W_ih)) + np.abs(b_ih)
+    sh = np.outer(np.linalg.norm(hp, axis=1), _row_norms(W_hh)) + np.abs(b_hh)
+    s_r = sx[:, :d_h] + sh[:, :d_h]
+    s_z = sx[:, d_h:2 * d_h] + sh[:, d_h:2 * d_h]
+    s_n = sx[:, 2 * d_h:] + r * sh[:, 2 * d_h:] + np.abs(hn) * s_r
+    tol = 64 * float(np.finfo(H.dtype).eps) * (s_z * np.abs(n - hp) + s_n + np.abs(hp) + 1.0)
+    got = np.ascontiguousarray(H3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, d_h)
+    bad = np.abs(got - h) > tol
+    if not bad.any():
+        return
+    row, k = np.argwhere(bad)[0]                        # the first step, then sequence, that is off
+    t, seq = divmod(int(row), B)
+    of = f" of sequence {seq}" if H.ndim == 3 else ""
+    raise ValueError(
+        f"H does not follow from X, the weights, the biases and h0: at step t={t + 1}{of} the "
+        f"forward gives {h[row, k]:.6g} where H holds {got[row, k]:.6g}. Pass backward the H "
+        f"that forward returned for these same inputs (h0=None means zeros).")
+
+
+def _previous_states(H, h0):
+    """h_{t-1} for every (sequence, step), (B T, d_h), in a scratch buffer: the right operand of
+    dW_hh, and the left one when the gates are recomputed."""
+    H3 = H.reshape(-1, *H.shape[-2:])
+    B, T, d_h = H3.shape
+    P = workspace.buffer("gru_Hprev", (B, T, d_h), H.dtype)
+    P[:, 1:] = H3[:, :-1]
+    P[:, 0] = h0.reshape(B, d_h)
+    return P.reshape(B * T, d_h)
+
+
+def _weak(args):
+    """Weak references to the caller's arrays (None stays None); None if one is not an array."""
+    refs = []
+    for a in args:
+        if a is not None and not isinstance(a, np.ndarray):
+            return None
+        refs.append(None if a is None else weakref.ref(a))
+    return refs
+
+
+def _same(refs, args):
+    return refs is not None and all((r is None and a is None) or (r is not None and r() is a)
+                                    for r, a in zip(refs, args))
+
+
+def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None):
+    """Run the GRU over every position and return H, every hidden state.
+
+    X is (T, d_in) or (B, T, d_in); W_ih (3 d_h, d_in) and W_hh (3 d_h, d_h), the gates r,
+    z, n stacked as in ``torch.nn.GRU``; b_ih, b_hh (3 d_h,), zeros when not given; h0
+    (d_h,) or (B, d_h), zeros when not given (a (d_h,) h0 is shared by every sequence of a
+    batch). Returns H, (T, d_h) or (B, T, d_h), in X's dtype.
+    """
+    args = (X, W_ih, W_hh, b_ih, b_hh, h0)
+    X, W_ih, W_hh, b_ih, b_hh, h0, batched = _check(*args)
+    d_h = W_hh.shape[1]
+    H = np.empty(X.shape[:-1] + (d_h,), dtype=X.dtype)
+    workspace.keep("gru", None)                     # the gate buffers are about to change
+    G = workspace.buffer("gru_G", X.shape[:-1] + (3 * d_h,), X.dtype)
+    N = workspace.buffer("gru_N", H.shape, X.dtype)
+    if batched and X.dtype == np.float32:
+        bad = _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, H, G, N)
+    elif batched:
+        bad = _forward_batch(X, W_ih, np.ascontiguousarray(W_hh.T), b_ih, b_hh, h0, H, G, N)
+    else:
+        M, vec_left = _vec_operands(W_hh, forward=True)
+        bad = _forward_vec(X, W_ih, M, b_ih, b_hh, h0, vec_left, H, G, N)
+    if bad[0] >= 0:
+        of = f" of sequence {bad[1]}" if batched else ""
+        raise FloatingPointError(
+            f"the GRU overflowed: the gates' pre-activations (W_ih x_t + b_ih, W_hh h_(t-1) + "
+            f"b_hh and their sums) are not finite from step t={bad[0] + 1} of {X.shape[-2]}{of}, "
+            f"although every input is finite ({X.dtype} holds at most "
+            f"{np.finfo(X.dtype).max:.3g}). Scale X, W_ih or W_hh down, or use float64.")
+    workspace.keep("gru", (weakref.ref(H), _weak(args), G, N))
+    return H
+
+
+def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
+    """Full backpropagation through time from an upstream gradient dH (shaped like H).
+
+    H must be the states that ``forward`` returned for these inputs, with the same biases
+    and h0. What is checked, cheaply: the first two steps of every sequence follow from X,
+    the weights, the biases and h0. What cannot be checked: later steps, and whether dH is
+    the gradient meant. Returns a ``GRUGrads`` with dX, dW_ih, dW_hh, db_ih, db_hh and dh0.
+    """
+    args = (X, W_ih, W_hh, b_ih, b_hh, h0)
+    kept = workspace.kept("gru")                    # the forward's gates, if these are its states
+    shared_h0 = h0 is not None and np.ndim(h0) == 1 and np.ndim(X) == 3
+    H_in = H
+    X, W_ih, W_hh, b_ih, b_hh, h0, batched = _check(*args)
+    dtype = X.dtype
+    d_h = W_hh.shape[1]
+    shape = X.shape[:-1] + (d_h,)
+    H = v.as_float_array("H", H, X.ndim, dtype)
+    v.check_shape("H", H, shape)
+    dH = v.as_float_array("dH", dH, X.ndim, dtype)
+    v.check_shape("dH", dH, shape)
+    _check_states(X, H, W_ih, W_hh, b_ih, b_hh, h0)
+    workspace.keep("gru", None)                     # the gradients are written over the gates
+    Hprev = _previous_states(H, h0)                 # (B T, d_h)
+    gshape = X.shape[:-1] + (3 * d_h,)
+    if (kept is not None and kept[0]() is H_in and _same(kept[1], args)
+            and kept[2].shape == gshape and kept[2].dtype == dtype):
+        G, N = kept[2], kept[3]                     # the forward's gates, as it left them
+    else:
+        G = workspace.buffer("gru_G", gshape, dtype)
+        N = workspace.buffer("gru_N", shape, dtype)
+        G2 = G.reshape(-1, 3 * d_h)
+        P = workspace.buffer("gru_P", G2.shape, dtype)
+        matmul(X.reshape(-1, X.shape[-1]), W_ih.T, G2)   # W_ih x_t for every t: one GEMM
+        matmul(Hprev, W_hh.T, P)                          # W_hh h_{t-1} for every t: another
+        _gates_from_products(G2, P, N.reshape(-1, d_h), b_ih, b_hh, d_h)
+    if batched and dtype == np.float32:
+        dh0 = _backward_batch_cols(H, h0, dH, np.ascontiguousarray(W_hh.T), G, N)
+    elif batched:
+        dh0 = _backward_batch(H, h0, dH, W_hh, G, N)
+    else:
+        M, vec_left = _vec_operands(W_hh, forward=False)
+        dh0 = _backward_vec(H, h0, dH, M, vec_left, G, N)
+    dA = G.reshape(-1, 3 * d_h)                     # (B T, 3 d_h): the hidden side's dl/da
+    dW_hh = matmul(dA.T, Hprev)                     # sums over every step at once
+    db_hh = dA.sum(axis=0)
+    dA[:, 2 * d_h:] = N.reshape(-1, d_h)            # now the input side's: n's block differs
+    dW_ih = matmul(dA.T, X.reshape(-1, X.shape[-1]))
+    dX = matmul(dA, W_ih).reshape(X.shape)
+    db_ih = dA.sum(axis=0)
+    if shared_h0:                      # one h0 broadcast over the batch: its gradient sums
+        dh0 = dh0.sum(axis=0)
+    _check_finite(dX, "dl/dx_t", "dH or the weights")
+    if not (np.isfinite(dW_ih).all() and np.isfinite(dW_hh).all()):
+        raise FloatingPointError(
+            f"the GRU's backward overflowed: dW_ih or dW_hh, a sum over every step, is not finite "
+            f"({dtype} holds at most {np.finfo(dtype).max:.3g}). Scale dH down, or use float64.")
+    return GRUGrads(dX, dW_ih, dW_hh, db_ih, db_hh, dh0)

@@ -1,0 +1,604 @@
+"""The LSTM, forward and exact backpropagation through time, compiled with Numba.
+
+Weights in PyTorch's layout and gate order, so that ``torch.nn.LSTM``'s
+``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0`` and ``bias_hh_l0`` can be passed
+as they are. With a_t = W_ih x_t + b_ih + W_hh h_{t-1} + b_hh split in four
+blocks of d_h rows:
+
+    i_t = sigma(a_i)   f_t = sigma(a_f)   g_t = tanh(a_g)   o_t = sigma(a_o)
+    c_t = f_t * c_{t-1} + i_t * g_t
+    h_t = o_t * tanh(c_t)
+
+As in the RNN (``harness.kernels.rnn``) the input products W_ih x_t for every t are
+one matrix product before the loop, and each step is one BLAS product with W_hh
+(matrix-vector, or matrix-matrix for a batch) into a preallocated buffer. The
+gates take two vectorised tanh passes per step (``vmath``): sigma(a) = 1/2 +
+tanh(a/2)/2, so i, f, g and o are one pass over 4 d_h values, and tanh(c_t) the
+other. Nothing is allocated per step.
+
+The forward leaves the activated gates (i, f, g, o for every step) in a per-thread
+scratch buffer and notes which H and C they belong to; a backward handed that same
+H and C (the same arrays, with the same input arrays) reads them there instead of
+recomputing them. Any other backward rebuilds them from X and H with one GEMM,
+[x_t | h_{t-1}] @ [W_ih | W_hh]^T, which is parallel over t. The backward writes
+dl/da_t over the gates in place, so the weight gradients are GEMMs after the loop
+over every step at once: [dW_ih | dW_hh] = dA^T [X | H_prev], dX = dA W_ih.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from harness.infra import validate as v
+from harness.infra import workspace
+from harness.kernels.blas import matmul
+from harness.kernels.vmath import tanh_inplace
+
+GATES = ("i", "f", "g", "o")    # the order of the four row blocks of W_ih, W_hh, b_ih, b_hh
+
+
+# --------------------------------------------------------------------------- forward
+
+@njit(cache=True, fastmath={"reassoc"})
+def _nonfinite(u):
+    # True if some u[j] is inf or NaN: u[j] * 0 is 0 for every finite value and NaN otherwise.
+    # Reassociated so that the sum vectorises (without nnan and ninf the product is not folded)
+    s = 0.0
+    for j in range(u.shape[0]):
+        s += u[j] * 0.0
+    return s != s
+
+
+@njit(cache=True, error_model="numpy")
+def _activate_gates(g, b, d_h, scratch):
+    # g (4 d_h,): a_t without b on entry; i, f, g, o on exit. sigma(a) = 1/2 + tanh(a/2)/2, so
+    # one tanh pass serves all four gates (a/2 is exact in binary floating point).
+    # Returns True if a product overflowed: tanh would turn an inf into a plausible +-1
+    for j in range(2 * d_h):                       # i, f
+        g[j] = (g[j] + b[j]) * 0.5
+    for j in range(2 * d_h, 3 * d_h):              # g
+        g[j] = g[j] + b[j]
+    for j in range(3 * d_h, 4 * d_h):              # o
+        g[j] = (g[j] + b[j]) * 0.5
+    overflow = _nonfinite(g)
+    tanh_inplace(g, scratch)
+    for j in range(2 * d_h):
+        g[j] = 0.5 + 0.5 * g[j]
+    for j in range(3 * d_h, 4 * d_h):
+        g[j] = 0.5 + 0.5 * g[j]
+    return overflow
+
+
+@njit(cache=True, error_model="numpy")
+def _cell(g, c_prev, c, h, tc, d_h, scratch):
+    # c_t = f * c_{t-1} + i * g, h_t = o * tanh(c_t), from the activated gates g (4 d_h,)
+    for k in range(d_h):
+        ck = g[d_h + k] * c_prev[k] + g[k] * g[2 * d_h + k]
+        c[k] = ck
+        tc[k] = ck
+    tanh_inplace(tc, scratch)
+    for k in range(d_h):
+        h[k] = g[3 * d_h + k] * tc[k]
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_vec(X, W_ih, W_hh, b, h0, c0, vec_left, H, C, G):
+    # X (T, d_in), W_ih (4 d_h, d_in), b = b_ih + b_hh (4 d_h,), h0, c0 (d_h,)
+    # -> H, C (T, d_h) and G (T, 4 d_h), the activated gates i, f, g, o of every step.
+    # W_hh is (4 d_h, d_h), or its contiguous transpose (d_h, 4 d_h) when vec_left.
+    # Returns the first step whose pre-activations overflowed, -1 if none
+    T, d_h = H.shape
+    np.dot(X, W_ih.T, G)                   # G[t] = W_ih x_t for every t: one GEMM
+    scratch = np.empty(4 * d_h, dtype=np.int64)
+    a = np.empty(4 * d_h, dtype=G.dtype)
+    tc = np.empty(d_h, dtype=G.dtype)
+    h_prev, c_prev = h0, c0
+    bad = -1
+    for t in range(T):
+        if vec_left:                       # a = W_hh h_{t-1}: the step that must wait
+            np.dot(h_prev, W_hh, a)
+        else:
+            np.dot(W_hh, h_prev, a)
+        g = G[t]
+        for j in range(4 * d_h):
+            g[j] += a[j]
+        if _activate_gates(g, b, d_h, scratch) and bad < 0:
+            bad = t
+        _cell(g, c_prev, C[t], H[t], tc, d_h, scratch)
+        h_prev, c_prev = H[t], C[t]
+    return bad, 0
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_batch(X, W_ih, W_hhT, b, h0, c0, H, C, G):
+    # X (B, T, d_in), h0, c0 (B, d_h) -> H, C (B, T, d_h), G (B, T, 4 d_h), all in the
+    # caller's batch-major layout: each step gathers its B rows into contiguous buffers for the
+    # GEMM. W_hhT is W_hh^T made contiguous, (d_h, 4 d_h): (B, d_h) @ (d_h, 4 d_h) is OpenBLAS's
+    # faster form here. Returns the first (step, sequence) whose pre-activations overflowed
+    B, T, d_h = H.shape
+    d_in = X.shape[2]
+    np.dot(X.reshape(B * T, d_in), W_ih.T, G.reshape(B * T, 4 * d_h))   # every input product at once
+    scratch = np.empty(4 * d_h, dtype=np.int64)
+    a = np.empty((B, 4 * d_h), dtype=G.dtype)
+    tc = np.empty(d_h, dtype=G.dtype)
+    h = h0.copy()                          # (B, d_h): h_{t-1}, then h_t
+    bad_t, bad_r = -1, -1
+    for t in range(T):
+        np.dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 4 d_h): one GEMM per step
+        for r in range(B):
+            g = G[r, t]
+            ar = a[r]
+            for j in range(4 * d_h):
+                g[j] += ar[j]
+            if _activate_gates(g, b, d_h, scratch) and bad_t < 0:
+                bad_t, bad_r = t, r
+            c_prev = C[r, t - 1] if t > 0 else c0[r]
+            _cell(g, c_prev, C[r, t], H[r, t], tc, d_h, scratch)
+            hr = H[r, t]
+            for k in range(d_h):
+                h[r, k] = hr[k]
+    return bad_t, bad_r
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, H, C, G):
+    # As _forward_batch, with the step's quantities as columns, (4 d_h, B) and (d_h, B):
+    # a = W_hh h^T. For float32, OpenBLAS runs (4 d_h, d_h) @ (d_h, B) about 1.5 times as fast
+    # as (B, d_h) @ (d_h, 4 d_h) (B = 32, d_h = 256, one thread), more than the transposed
+    # reads and writes of the rows cost; for float64 the rows form is the faster
+    B, T, d_h = H.shape
+    d_in = X.shape[2]
+    n = 4 * d_h
+    np.dot(X.reshape(B * T, d_in), W_ih.T, G.reshape(B * T, n))   # every input product at once
+    scratch = np.empty(n * B, dtype=np.int64)
+    a = np.empty((n, B), dtype=G.dtype)
+    af = a.reshape(n * B)
+    h = np.ascontiguousarray(h0.T)                 # (d_h, B): h_{t-1}, then h_t
+    c = np.ascontiguousarray(c0.T)
+    tc = np.empty((d_h, B), dtype=G.dtype)
+    bad_t, bad_r = -1, -1
+    for t in range(T):
+        np.dot(W_hh, h, a)                         # (4 d_h, d_h) @ (d_h, B): one GEMM per step
+        for j in range(n):
+            bj = b[j]
+            s = 1.0 if 2 * d_h <= j < 3 * d_h else 0.5   # sigma(u) = 1/2 + tanh(u/2)/2
+            for r in range(B):
+                a[j, r] = (a[j, r] + G[r, t, j] + bj) * s
+        if bad_t < 0 and _nonfinite(af):
+            bad_t, bad_r = t, _first_bad_column(a, 0, n)
+        tanh_inplace(af, scratch)
+        for m in range(2 * d_h * B):               # i, f
+            af[m] = 0.5 + 0.5 * af[m]
+        for m in range(3 * d_h * B, n * B):        # o
+            af[m] = 0.5 + 0.5 * af[m]
+        for k in range(d_h):
+            for r in range(B):
+                ck = a[d_h + k, r] * c[k, r] + a[k, r] * a[2 * d_h + k, r]
+                c[k, r] = ck
+                tc[k, r] = ck
+        tanh_inplace(tc.reshape(d_h * B), scratch)
+        for k in range(d_h):
+            for r in range(B):
+                h[k, r] = a[3 * d_h + k, r] * tc[k, r]
+        _to_rows(a, G, t)                          # back to the caller's layout
+        _to_rows(h, H, t)
+        _to_rows(c, C, t)
+    return bad_t, bad_r
+
+
+@njit(cache=True, error_model="numpy")
+def _to_rows(a, A, t):
+    # A[r, t, :] = a[:, r] for every r: a (n, B) -> the caller's layout A (B, T, n), in blocks of
+    # 16 rows of a, so that each block's strided reads stay in L1 (1 KiB in float32 for B = 16)
+    n, B = a.shape
+    for j0 in range(0, n, 16):
+        j1 = min(j0 + 16, n)
+        for r in range(B):
+            row = A[r, t]
+            for j in range(j0, j1):
+                row[j] = a[j, r]
+
+
+@njit(cache=True, error_model="numpy")
+def _to_columns(A, t, a):
+    # a[:, r] = A[r, t, :] for every r, blocked as _to_rows
+    n, B = a.shape
+    for j0 in range(0, n, 16):
+        j1 = min(j0 + 16, n)
+        for r in range(B):
+            row = A[r, t]
+            for j in range(j0, j1):
+                a[j, r] = row[j]
+
+
+@njit(cache=True)
+def _first_bad_column(a, j0, j1):
+    # the first column r with a non-finite a[j0:j1, r]
+    for r in range(a.shape[1]):
+        for j in range(j0, j1):
+            if not np.isfinite(a[j, r]):
+                return r
+    return -1
+
+
+@njit(cache=True, error_model="numpy")
+def _gates_from_products(G, b, d_h):
+    # G (n, 4 d_h): [x_t | h_{t-1}] @ [W_ih | W_hh]^T on entry, the activated gates on exit
+    scratch = np.empty(4 * d_h, dtype=np.int64)
+    for r in range(G.shape[0]):
+        _activate_gates(G[r], b, d_h, scratch)
+
+
+# -------------------------------------------------------------------------- backward
+
+@njit(cache=True, error_model="numpy")
+def _cell_backward(g, c, c_prev, dh, dc, dC_t, use_dC, tc, d_h, scratch):
+    # Reverses h = o * tanh(c), c = f * c_prev + i * g and the four activations, for one step of
+    # one sequence. g (4 d_h,): i, f, g, o on entry, dl/da on exit; dh: dl/dh_t in full;
+    # dc: dl/dc_t from step t+1 on entry, dl/dc_{t-1} through this step on exit
+    for k in range(d_h):
+        tc[k] = c[k]
+    tanh_inplace(tc, scratch)
+    for k in range(d_h):
+        i = g[k]
+        f = g[d_h + k]
+        gg = g[2 * d_h + k]
+        o = g[3 * d_h + k]
+        t = tc[k]
+        dck = dc[k] + dh[k] * o * (1.0 - t * t)        # h = o tanh(c)
+        if use_dC:
+            dck += dC_t[k]
+        g[k] = dck * gg * i * (1.0 - i)               # sigma' = s (1 - s)
+        g[d_h + k] = dck * c_prev[k] * f * (1.0 - f)
+        g[2 * d_h + k] = dck * i * (1.0 - gg * gg)    # tanh' = 1 - g^2
+        g[3 * d_h + k] = dh[k] * t * o * (1.0 - o)
+        dc[k] = dck * f                               # c = f c_prev + ...
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_vec(C, c0, dH, dC, use_dC, M, vec_left, G):
+    # C, dH, dC (T, d_h); G (T, 4 d_h): the gates on entry, dA = dl/da_t on exit.
+    # Returns (dl/dh0, dl/dc0). M is W_hh (4 d_h, d_h) when vec_left (dh = da W_hh), else
+    # W_hh^T made contiguous (d_h, 4 d_h)
+    T, d_h = C.shape
+    scratch = np.empty(d_h, dtype=np.int64)
+    tc = np.empty(d_h, dtype=C.dtype)
+    carry = np.zeros(d_h, dtype=C.dtype)       # W_hh^T da_{t+1}: what h_t passes back
+    dh = np.empty(d_h, dtype=C.dtype)
+    dc = np.zeros(d_h, dtype=C.dtype)
+    for t in range(T - 1, -1, -1):
+        for k in range(d_h):
+            dh[k] = dH[t, k] + carry[k]
+        c_prev = C[t - 1] if t > 0 else c0
+        g = G[t]
+        _cell_backward(g, C[t], c_prev, dh, dc, dC[t], use_dC, tc, d_h, scratch)
+        if vec_left:                           # carry = W_hh^T da_t
+            np.dot(g, M, carry)
+        else:
+            np.dot(M, g, carry)
+    return carry, dc
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_batch(C, c0, dH, dC, use_dC, W_hh, G):
+    # C, dH, dC (B, T, d_h), c0 (B, d_h); G (B, T, 4 d_h): gates in, dA out.
+    # Returns (dl/dh0, dl/dc0), each (B, d_h)
+    B, T, d_h = C.shape
+    scratch = np.empty(d_h, dtype=np.int64)
+    tc = np.empty(d_h, dtype=C.dtype)
+    carry = np.zeros((B, d_h), dtype=C.dtype)
+    dh = np.empty(d_h, dtype=C.dtype)
+    dc = np.zeros((B, d_h), dtype=C.dtype)
+    da = np.empty((B, 4 * d_h), dtype=C.dtype)  # the step's rows, contiguous for the GEMM
+    for t in range(T - 1, -1, -1):
+        for r in range(B):
+            for k in range(d_h):
+                dh[k] = dH[r, t, k] + carry[r, k]
+            c_prev = C[r, t - 1] if t > 0 else c0[r]
+            g = G[r, t]
+            _cell_backward(g, C[r, t], c_prev, dh, dc[r], dC[r, t], use_dC, tc, d_h, scratch)
+            dar = da[r]
+            for j in range(4 * d_h):
+                dar[j] = g[j]
+        np.dot(da, W_hh, carry)                 # rows: (W_hh^T da_t)^T = da_t^T W_hh
+    return carry, dc
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_batch_cols(C, c0, dH, dC, use_dC, W_hhT, G):
+    # As _backward_batch, with the carry's GEMM in columns: (d_h, 4 d_h) @ (4 d_h, B), the
+    # faster form for float32 (see _forward_batch_cols). W_hhT is W_hh^T made contiguous
+    B, T, d_h = C.shape
+    n = 4 * d_h
+    scratch = np.empty(d_h, dtype=np.int64)
+    tc = np.empty(d_h, dtype=C.dtype)
+    carry = np.zeros((d_h, B), dtype=C.dtype)
+    dh = np.empty(d_h, dtype=C.dtype)
+    dc = np.zeros((B, d_h), dtype=C.dtype)
+    da = np.empty((n, B), dtype=C.dtype)
+    for t in range(T - 1, -1, -1):
+        for r in range(B):
+            for k in range(d_h):
+                dh[k] = dH[r, t, k] + carry[k, r]
+            c_prev = C[r, t - 1] if t > 0 else c0[r]
+            g = G[r, t]
+            _cell_backward(g, C[r, t], c_prev, dh, dc[r], dC[r, t], use_dC, tc, d_h, scratch)
+        _to_columns(G, t, da)
+        np.dot(W_hhT, da, carry)                # W_hh^T da_t, one column per sequence
+    return np.ascontiguousarray(carry.T), dc
+
+
+# ---------------------------------------------------------------------------- public
+
+class LSTMGrads(NamedTuple):
+    dX: np.ndarray      # like X
+    dW_ih: np.ndarray   # (4 d_h, d_in)
+    dW_hh: np.ndarray   # (4 d_h, d_h)
+    db_ih: np.ndarray   # (4 d_h,), also when b_ih was None (the gradient at a zero bias)
+    db_hh: np.ndarray   # (4 d_h,), equal to db_ih: both biases enter a_t the same way
+    dh0: np.ndarray     # like h0: (d_h,) unbatched, (B, d_h) batched, (d_h,) if one h0 was shared
+    dc0: np.ndarray     # like c0, likewise
+
+
+def _initial_state(name, s, batched, B, d_h, dtype):
+    """h0 or c0 as (d_h,) unbatched or (B, d_h) batched; None means zeros, and a (d_h,) state
+    with a batch is shared by every sequence."""
+    if s is None:
+        return np.zeros((B, d_h) if batched else d_h, dtype=dtype)
+    s = v.as_float_array(name, s, (1, 2) if batched else 1, dtype)
+    if s.ndim == 1:
+        v.check_shape(name, s, (d_h,))
+        if batched:
+            s = np.ascontiguousarray(np.broadcast_to(s, (B, d_h)))
+    else:
+        v.check_shape(name, s, (B, d_h))
+    return s
+
+
+def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
+    dtype = v.common_dtype("X", X)
+    X = v.as_float_array("X", X, (2, 3))
+    batched = X.ndim == 3
+    B = X.shape[0] if batched else 1
+    T, d_in = X.shape[-2:]
+    W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
+    d_h = W_hh.shape[1]
+    if W_hh.shape[0] != 4 * d_h:
+        raise ValueError(f"W_hh must have shape (4*d_h, d_h) (the gates i, f, g, o stacked, as "
+                         f"torch.nn.LSTM's weight_hh_l0), got {W_hh.shape}.")
+    W_ih = v.as_float_array("W_ih", W_ih, 2, dtype)
+    v.check_shape("W_ih", W_ih, (4 * d_h, d_in))
+    b = np.zeros(4 * d_h, dtype=dtype)
+    babs = np.zeros(4 * d_h, dtype=dtype)            # |b_ih| + |b_hh|, for the states check
+    for name, bias in (("b_ih", b_ih), ("b_hh", b_hh)):
+        if bias is not None:
+            bias = v.as_float_array(name, bias, 1, dtype)
+            v.check_shape(name, bias, (4 * d_h,))
+            b += bias
+            babs += np.abs(bias)
+    h0 = _initial_state("h0", h0, batched, B, d_h, dtype)
+    c0 = _initial_state("c0", c0, batched, B, d_h, dtype)
+    # H, C, the gates (4 d_h), [x_t | h_{t-1}] and dX, per step of every sequence
+    v.check_memory(B * T * (7 * d_h + 2 * d_in) * X.itemsize, "the LSTM's state and gate buffers")
+    return X, W_ih, W_hh, b, babs, h0, c0, batched
+
+
+def _check_finite(A, what, where):
+    """A NaN never leaves the backward unannounced: finite inputs gave a non-finite gradient only
+    if a product overflowed; say at which step (of which sequence)."""
+    if np.isfinite(A).all():
+        return
+    bad = (~np.isfinite(A)).reshape(-1, A.shape[-2], A.shape[-1]).any(axis=-1)   # (B, T)
+    t = int(np.flatnonzero(bad.any(axis=0))[0])
+    seq = int(np.flatnonzero(bad[:, t])[0])
+    of = f" of sequence {seq}" if A.ndim == 3 else ""
+    raise FloatingPointError(
+        f"the LSTM's backward overflowed: {what} is not finite from step t={t + 1} of "
+        f"{A.shape[-2]}{of}, although every input is finite ({A.dtype} holds at most "
+        f"{np.finfo(A.dtype).max:.3g}). Scale {where} down, or use float64.")
+
+
+def _vec_operands(W_hh, forward):
+    """(M, vec_left) for the unbatched loops: h @ M if vec_left, else M @ h.
+
+    OpenBLAS's gemv kernels differ by dtype and direction here (one thread, d_h = 256,
+    T = 1000, interleaved rounds): the forward's W_hh h runs fastest as h @ W_hh^T for float32
+    and as W_hh @ h for float64; the backward's W_hh^T da as (W_hh^T) @ da for both. The
+    transposed copy is O(d_h^2), once per call.
+    """
+    if forward:
+        if W_hh.dtype == np.float32:
+            return np.ascontiguousarray(W_hh.T), True
+        return W_hh, False
+    return np.ascontiguousarray(W_hh.T), False
+
+
+def _sigmoid(z):
+    return 0.5 + 0.5 * np.tanh(0.5 * z)
+
+
+def _row_norms(W):
+    """||W[j]||_2 for every row, in one pass and no copy of W."""
+    return np.sqrt(np.einsum("ij,ij->i", W, W))
+
+
+def _first_steps(A3, a0, steps):
+    """Rows (t, sequence) of the states entering steps 1..steps: a0, then A3[:, 0], ...;
+    (steps B, width), step-major."""
+    B = A3.shape[0]
+    prev = np.concatenate([a0.reshape(B, 1, -1), A3[:, :steps - 1]], axis=1)   # (B, steps, .)
+    return np.ascontiguousarray(prev.transpose(1, 0, 2)).reshape(steps * B, -1)
+
+
+def _check_states(X, H, C, W_ih, W_hh, b, babs, h0, c0):
+    """Cheap check that H and C came from this forward: the first two steps of every sequence
+    are recomputed from X, the weights and the states entering them (h0, c0, then H and C's
+    first step), one product for all of them, and must agree to within the rounding of the
+    dtype they were computed in."""
+    X3, H3, C3 = (A.reshape(-1, *A.shape[-2:]) for A in (X, H, C))   # (B, T, .)
+    B, T, d_h = H3.shape
+    steps = min(2, T)
+    x = np.ascontiguousarray(X3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, -1)
+    hp, cp = _first_steps(H3, h0, steps), _first_steps(C3, c0, steps).astype(np.float64)
+    a = (matmul(x, W_ih.T) + matmul(hp, W_hh.T)).astype(np.float64) + b        # (steps B, 4 d_h)
+    i, f = _sigmoid(a[:, :d_h]), _sigmoid(a[:, d_h:2 * d_h])
+    g, o = np.tanh(a[:, 2 * d_h:3 * d_h]), _sigmoid(a[:, 3 * d_h:])
+    c = f * cp + i * g
+    h = o * np.tanh(c)
+    # rounding: each pre-activation is off by ~eps times the sum of its |terms|, at most
+    # ||W_j|| ||x|| + ||W_hh j|| ||h|| + |b_j| (Cauchy-Schwarz); the derivatives of sigma and
+    # tanh are at most 1, so c is off by that times (|c_prev| + 2), and h by c's and o's
+    s = (np.outer(np.linalg.norm(x, axis=1), _row_norms(W_ih))
+         + np.outer(np.linalg.norm(hp, axis=1), _row_norms(W_hh)) + babs)
+    S = s.reshape(-1, 4, d_h).max(axis=1) + 1.0                             # (steps B, d_h)
+    eps = float(np.finfo(H.dtype).eps)
+    tol_c = 64 * eps * S * (np.abs(cp) + 3.0)
+    tol_h = tol_c + 64 * eps * S
+    got_c = np.ascontiguousarray(C3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, d_h)
+    got_h = np.ascontiguousarray(H3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, d_h)
+    bad_c = np.abs(got_c - c) > tol_c
+    bad_h = np.abs(got_h - h) > tol_h
+    if not (bad_c.any() or bad_h.any()):
+        return
+    row, k = np.argwhere(bad_c | bad_h)[0]              # the first step, then sequence, that is off
+    name, want, held = ("C", c, got_c) if bad_c[row, k] else ("H", h, got_h)
+    t, seq = divmod(int(row), B)
+    of = f" of sequence {seq}" if H.ndim == 3 else ""
+    raise ValueError(
+        f"{name} does not follow from X, the weights, the biases, h0 and c0: at step t={t + 1}{of} "
+        f"the forward gives {want[row, k]:.6g} where {name} holds {held[row, k]:.6g}. Pass "
+        f"backward the H and C that forward returned for these same inputs (h0=None and c0=None "
+        f"mean zeros).")
+
+
+def _inputs_and_previous_states(X, H, h0):
+    """Z = [x_t | h_{t-1}] for every (sequence, step), (B T, d_in + d_h), in a scratch buffer:
+    the right operand of every weight gradient, and the left one when gates are recomputed."""
+    X3, H3 = X.reshape(-1, *X.shape[-2:]), H.reshape(-1, *H.shape[-2:])
+    B, T, d_in = X3.shape
+    d_h = H3.shape[-1]
+    Z = workspace.buffer("lstm_Z", (B, T, d_in + d_h), X.dtype)
+    Z[:, :, :d_in] = X3
+    Z[:, 1:, d_in:] = H3[:, :-1]
+    Z[:, 0, d_in:] = h0.reshape(B, d_h)
+    return Z.reshape(B * T, d_in + d_h)
+
+
+def _weak(args):
+    """Weak references to the caller's arrays (None stays None); None if one is not an array."""
+    refs = []
+    for a in args:
+        if a is not None and not isinstance(a, np.ndarray):
+            return None
+        refs.append(None if a is None else weakref.ref(a))
+    return refs
+
+
+def _same(refs, args):
+    return refs is not None and all((r is None and a is None) or (r is not None and r() is a)
+                                    for r, a in zip(refs, args))
+
+
+def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None, c0=None):
+    """Run the LSTM over every position and return (H, C), every hidden and cell state.
+
+    X is (T, d_in) or (B, T, d_in); W_ih (4 d_h, d_in) and W_hh (4 d_h, d_h), the gates i,
+    f, g, o stacked as in ``torch.nn.LSTM``; b_ih, b_hh (4 d_h,), zeros when not given;
+    h0, c0 (d_h,) or (B, d_h), zeros when not given (a (d_h,) state is shared by every
+    sequence of a batch). Returns H and C, each (T, d_h) or (B, T, d_h), in X's dtype.
+    """
+    args = (X, W_ih, W_hh, b_ih, b_hh, h0, c0)
+    X, W_ih, W_hh, b, _, h0, c0, batched = _check(*args)
+    d_h = W_hh.shape[1]
+    H = np.empty(X.shape[:-1] + (d_h,), dtype=X.dtype)
+    C = np.empty_like(H)
+    workspace.keep("lstm", None)                    # the gates buffer is about to change
+    G = workspace.buffer("lstm_G", X.shape[:-1] + (4 * d_h,), X.dtype)
+    if batched and X.dtype == np.float32:
+        bad = _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, H, C, G)
+    elif batched:
+        bad = _forward_batch(X, W_ih, np.ascontiguousarray(W_hh.T), b, h0, c0, H, C, G)
+    else:
+        M, vec_left = _vec_operands(W_hh, forward=True)
+        bad = _forward_vec(X, W_ih, M, b, h0, c0, vec_left, H, C, G)
+    if bad[0] >= 0:
+        of = f" of sequence {bad[1]}" if batched else ""
+        raise FloatingPointError(
+            f"the LSTM overflowed: the gates' pre-activations W_ih x_t + W_hh h_(t-1) + b are not "
+            f"finite from step t={bad[0] + 1} of {X.shape[-2]}{of}, although every input is finite "
+            f"({X.dtype} holds at most {np.finfo(X.dtype).max:.3g}). Scale X, W_ih or W_hh down, "
+            f"or use float64.")
+    workspace.keep("lstm", (weakref.ref(H), weakref.ref(C), _weak(args), G))
+    return H, C
+
+
+def backward(X, H, C, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None, c0=None, dC=None):
+    """Full backpropagation through time from upstream gradients dH (and dC), shaped like H.
+
+    H and C must be the states that ``forward`` returned for these inputs, with the same
+    biases, h0 and c0. What is checked, cheaply: the first two steps of every sequence
+    follow from X, the weights, the biases, h0 and c0. What cannot be checked: later steps,
+    and whether dH is the gradient meant. dC, the gradient with respect to the cell states,
+    is zero when not given. Returns an ``LSTMGrads`` with dX, dW_ih, dW_hh, db_ih, db_hh,
+    dh0 and dc0.
+    """
+    args = (X, W_ih, W_hh, b_ih, b_hh, h0, c0)
+    kept = workspace.kept("lstm")                   # the forward's gates, if these are its states
+    batched_in = np.ndim(X) == 3
+    shared = [s is not None and np.ndim(s) == 1 and batched_in for s in (h0, c0)]
+    H_in, C_in = H, C
+    X, W_ih, W_hh, b, babs, h0, c0, batched = _check(*args)
+    dtype = X.dtype
+    d_h = W_hh.shape[1]
+    shape = X.shape[:-1] + (d_h,)
+    H = v.as_float_array("H", H, X.ndim, dtype)
+    v.check_shape("H", H, shape)
+    C = v.as_float_array("C", C, X.ndim, dtype)
+    v.check_shape("C", C, shape)
+    dH = v.as_float_array("dH", dH, X.ndim, dtype)
+    v.check_shape("dH", dH, shape)
+    use_dC = dC is not None
+    if use_dC:
+        dC = v.as_float_array("dC", dC, X.ndim, dtype)
+        v.check_shape("dC", dC, shape)
+    else:
+        dC = dH                                     # not read: use_dC is False
+    _check_states(X, H, C, W_ih, W_hh, b, babs, h0, c0)
+    workspace.keep("lstm", None)                    # dA is written over the gates below
+    Z = _inputs_and_previous_states(X, H, h0)       # (B T, d_in + d_h)
+    gshape = X.shape[:-1] + (4 * d_h,)
+    if (kept is not None and kept[0]() is H_in and kept[1]() is C_in and _same(kept[2], args)
+            and kept[3].shape == gshape and kept[3].dtype == dtype):
+        G = kept[3]                                 # the forward's gates, as it left them
+    else:
+        G = workspace.buffer("lstm_G", gshape, dtype)
+        G2 = G.reshape(-1, 4 * d_h)
+        matmul(Z, np.concatenate([W_ih, W_hh], axis=1).T, G2)   # a_t - b for every t: one GEMM
+        _gates_from_products(G2, b, d_h)
+    if batched and dtype == np.float32:
+        dh0, dc0 = _backward_batch_cols(C, c0, dH, dC, use_dC, np.ascontiguousarray(W_hh.T), G)
+    elif batched:
+        dh0, dc0 = _backward_batch(C, c0, dH, dC, use_dC, W_hh, G)
+    else:
+        M, vec_left = _vec_operands(W_hh, forward=False)
+        dh0, dc0 = _backward_vec(C, c0, dH, dC, use_dC, M, vec_left, G)
+    dA = G.reshape(-1, 4 * d_h)                     # (B T, 4 d_h): dl/da for every step
+    dW = matmul(dA.T, Z)                            # [dW_ih | dW_hh]: sums over every step at once
+    d_in = X.shape[-1]
+    dW_ih, dW_hh = np.ascontiguousarray(dW[:, :d_in]), np.ascontiguousarray(dW[:, d_in:])
+    dX = matmul(dA, W_ih).reshape(X.shape)
+    db_ih = dA.sum(axis=0)
+    if shared[0]:                      # one state broadcast over the batch: its gradient sums
+        dh0 = dh0.sum(axis=0)
+    if shared[1]:
+        dc0 = dc0.sum(axis=0)
+    _check_finite(dX, "dl/dx_t", "dH, dC or the weights")
+    if not (np.isfinite(dW_ih).all() and np.isfinite(dW_hh).all()):
+        raise FloatingPointError(
+            f"the LSTM's backward overflowed: dW_ih or dW_hh, a sum over every step, is not finite "
+            f"({dtype} holds at most {np.finfo(dtype).max:.3g}). Scale dH or dC down, or use float64.")
+    return LSTMGrads(dX, dW_ih, dW_hh, db_ih, db_ih.copy(), dh0, dc0)

@@ -1,0 +1,257 @@
+"""The figures: one seaborn call per figure, on a section's tidy frames.
+
+A figure takes the section's frames as read back from the CSVs and returns a
+matplotlib figure; ``encode`` turns it into the PNG and SVG the report writes.
+Every figure draws every registered family present in its frame (hue or column
+by model): none selects a family by name.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from harness import models  # noqa: E402
+from harness.analysis import lessons  # noqa: E402
+from harness.report import numbers  # noqa: E402
+
+
+def encode(fig):
+    """{suffix: bytes} of ``fig`` as PNG (110 dpi) and SVG, everything drawn outside its edges
+    included; the figure is closed."""
+    out = {}
+    for suffix, kw in (("png", {"dpi": 110}), ("svg", {})):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=suffix, bbox_inches="tight", **kw)
+        out[suffix] = buf.getvalue()
+    plt.close(fig)
+    return out
+
+
+CLIP_DECADES = 60       # the decay figure draws |log10 norm| up to this; beyond, marked at the edge
+
+
+def _title(model):
+    """How a legend names a family: its registered title (a name not registered, as it is)."""
+    return models.get(model).title if model in models.NAMES else model
+
+
+# the gradient-path configuration keys a decay curve is labelled with (rho, a gate's bias...):
+# every key but those the figure filters on, puts in panels, or holds fixed
+_CURVE_KEYS = tuple(k for k in models.PATH_KEYS
+                    if k not in ("model", "weight", "activation", "input_scale", "T", "d", "seed"))
+_SYMBOL = {"rho": "ρ"}
+
+
+def _series(d):
+    """One label per curve: the family's title and its configuration (``RNN ρ=0.9``)."""
+    keys = [k for k in _CURVE_KEYS if k in d]
+    return [_title(row[0]) + "".join(f" {_SYMBOL.get(k, k)}={v:g}"
+                                     for k, v in zip(keys, row[1:]) if pd.notna(v))
+            for row in zip(d.model, *(d[k] for k in keys))]
+
+
+def figure_decay(f):
+    d = f["decay"]
+    # each family at unit-scale inputs (or none), on orthogonal W where it has that choice:
+    # there the linear RNN's theory line k·log10 σ_max is exact
+    d = d[d.input_scale.isna() | (d.input_scale == numbers.UNIT_SCALE)]
+    orthogonal = d.weight.eq("orthogonal")
+    d = d[orthogonal | ~orthogonal.groupby(d.model).transform("any")]
+    d = d.assign(series=_series(d))
+    # k log10(sigma_max): exact for the linear RNN on orthogonal W_hh, Pascanu's bound for tanh
+    theory = d[d.log10_bound.notna()].assign(log10_norm=lambda x: x.log10_bound,
+                                            curve="theory / bound")
+    long = pd.concat([d.assign(curve="measured"), theory], ignore_index=True)
+    # a family with one activation has no such choice: it is drawn in every panel
+    choices = long.groupby("model", sort=False).activation.nunique()
+    fixed = long.model.isin(choices.index[choices <= 1])
+    panels = long.activation[~fixed].unique()
+    if len(panels):
+        long = pd.concat([long[~fixed]] + [long[fixed].assign(activation=a) for a in panels],
+                         ignore_index=True)
+    clipped = long.log10_norm.abs() > CLIP_DECADES
+    long["log10_norm"] = long.log10_norm.clip(-CLIP_DECADES, CLIP_DECADES)
+    g = sns.relplot(data=long, x="distance", y="log10_norm", hue="series", style="curve",
+                    col="activation", kind="line", height=3.6, aspect=1.25,
+                    facet_kws={"sharey": True})
+    g.set_axis_labels("distance k", "log10 ‖∂(state or output at T) / ∂(position T−k)‖")
+    for ax in g.axes.flat:
+        if clipped.any():
+            for edge in (-CLIP_DECADES, CLIP_DECADES):
+                ax.axhline(edge, color="grey", ls=":", lw=0.8)
+            ax.text(0.02, 0.02, f"values beyond ±{CLIP_DECADES} decades drawn on the dotted line "
+                    f"({int(clipped.sum())} points)", transform=ax.transAxes, fontsize=7)
+    g.figure.suptitle("RNN: ‖∂h_T/∂h_(T−k)‖;  attention: ‖∂y_T/∂x_(T−k)‖", y=1.02, fontsize=9)
+    return g.figure
+
+
+def figure_lru_decay(f):
+    d = f["lru_decay"]
+    long = pd.concat([d.assign(curve="measured"), d.assign(log10_norm=d.log10_linear, curve="k·log10 r")])
+    long["r"] = long.rho.map(lambda r: f"max|λ| = {r:g}")
+    g = sns.relplot(data=long, x="distance", y="log10_norm", hue="r", style="curve", kind="line",
+                    height=3.6, aspect=1.4)
+    g.set_axis_labels("distance k", "log10 ‖∂h_T/∂h_(T−k)‖, linear recurrence")
+    return g.figure
+
+
+def figure_attention_path(f):
+    lv = f["attention_level"]
+    g = sns.relplot(data=lv, x="T", y="log10_level", hue="input_scale", kind="line", marker="o",
+                    height=3.6, aspect=1.4, palette="viridis")
+    # each band in its line's colour: seaborn maps a numeric hue linearly onto the palette
+    viridis = matplotlib.colormaps["viridis"]
+    norm = matplotlib.colors.Normalize(lv.input_scale.min(), lv.input_scale.max())
+    for ax in g.axes.flat:
+        for scale, part in lv.groupby("input_scale"):
+            ax.fill_between(part["T"], part.log10_min, part.log10_max, alpha=0.12,
+                            color=viridis(norm(scale)))
+    g.set(xscale="log")
+    g.set_axis_labels("T", "log10 ‖∂y_T/∂x_(T−k)‖: mean over k, band min–max")
+    return g.figure
+
+
+def figure_clipping(f):
+    c = f["clipping"]
+    long = pd.concat([c.assign(when="before clipping", log10=c.log10_far_over_near_before),
+                      c.assign(when="after clipping", log10=c.log10_far_over_near_after)])
+    g = sns.catplot(data=long, x="rho", y="log10", hue="when", kind="bar", height=3.4, aspect=1.5)
+    g.set_axis_labels("ρ", "log10 (far / near contribution)")
+    return g.figure
+
+
+def figure_depth(f):
+    t = f["depth"]
+    long = t.melt(id_vars=["model", "T"], value_vars=["span", "max_path", "scalar_span"],
+                  var_name="measure", value_name="operations")
+    g = sns.relplot(data=long, x="T", y="operations", hue="model", col="measure", kind="line",
+                    marker="o", height=3.2, aspect=1.1, facet_kws={"sharey": False})
+    g.set(xscale="log", yscale="log")
+    return g.figure
+
+
+def figure_schedule(f):
+    s = f["schedule"]
+    g = sns.relplot(data=s, x="P", y="time", hue="model", col="grain", kind="line", marker="o",
+                    height=3.4, aspect=1.2)
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("processors P", "steps T_P (greedy schedule)")
+    for ax in g.axes.flat:
+        ax.axvline(int(s["T"].iloc[0]), color="grey", ls=":", lw=1)
+    return g.figure
+
+
+def figure_work(f):
+    w, x = f["work"], f["crossover"]
+    g = sns.relplot(data=w, x="T", y="macs", hue="model", kind="line", marker="o",
+                    height=3.6, aspect=1.5)
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("T", "multiplications (traced)")
+    cross = numbers.timed_crossover(x)
+    ratio = cross.T / cross.row.counted_T
+    d = int(w.d.iloc[0])
+    for ax in g.axes.flat:
+        ax.axvline(d, color="k", ls="--", lw=1, label="counted crossover T = d")
+        if np.isfinite(ratio):
+            ax.axvline(ratio * d, color="tab:red", ls=":", lw=1.5,
+                       label=f"measured wall-time crossover ({ratio:.1f} d)")
+        ax.legend(loc="upper left", fontsize=8)
+    return g.figure
+
+
+def figure_maps(f):
+    m = f["attention_maps"]
+
+    def heat(data, **kw):
+        A = data.pivot(index="query", columns="key", values="weight")
+        A = A.loc[list(lessons.SENTENCE), list(lessons.SENTENCE)]
+        sns.heatmap(A, vmin=0, vmax=1, cmap="viridis", cbar=False, annot=True, fmt=".2f",
+                    annot_kws={"size": 7}, ax=plt.gca())
+
+    g = sns.FacetGrid(m, col="setting", height=3.4)
+    g.map_dataframe(heat)
+    g.set_titles("{col_name}")
+    return g.figure
+
+
+def figure_row_max(f):
+    rm = f["row_max"]
+    g = sns.relplot(data=rm, x="d_k", y="row_max", hue="scaled", kind="line", marker="o",
+                    height=3.2, aspect=1.4)
+    ax = g.ax
+    for scaled, part in rm.groupby("scaled"):
+        ax.fill_between(part.d_k, part.band_lo, part.band_hi, alpha=0.15)
+    lesson = f.get("row_max_lesson")
+    if lesson is not None and len(lesson):
+        ax.scatter(lesson.d_k, lesson.lesson_row_max, marker="x", color="k", zorder=5,
+                   label="the lesson's single draw")
+        ax.legend(loc="center right", fontsize=8)
+    g.set(xscale="log")
+    g.set_axis_labels("d_k", "mean row maximum of A (band: 95 % of draws)")
+    return g.figure
+
+
+def figure_additive(f):
+    m = f["additive_maps"]
+
+    def heat(data, **kw):
+        sns.heatmap(data.pivot(index="i", columns="j", values="weight"), vmin=0, vmax=0.4,
+                    cmap="viridis", annot=True, fmt=".2f", annot_kws={"size": 7}, cbar=False,
+                    ax=plt.gca())
+
+    g = sns.FacetGrid(m, col="setting", height=3.2)
+    g.map_dataframe(heat)
+    g.set_titles("additive alignment, {col_name}")
+    return g.figure
+
+
+def figure_routes(f):
+    r = f["additive_routes"]
+    long = r.melt(id_vars="va_scale", value_vars=["value_norm", "score_norm"],
+                  var_name="route", value_name="norm")
+    g = sns.relplot(data=long, x="va_scale", y="norm", hue="route", kind="line", marker="o",
+                    height=3.2, aspect=1.4)
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("scale of va", "‖gradient reaching H‖")
+    return g.figure
+
+
+def figure_wall(f):
+    w = f["wall_times"]
+    g = sns.relplot(data=w, x="T", y="seconds", hue="model", kind="line", marker="o",
+                    height=3.6, aspect=1.5)
+    if "seconds_lo" in w:
+        for (model, part), color in zip(w.groupby("model", sort=False), sns.color_palette()):
+            g.ax.vlines(part["T"], part.seconds_lo, part.seconds_hi, color=color, lw=2)
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("T", "forward wall time (s), median and 95 % interval")
+    return g.figure
+
+
+def figure_memory(f):
+    m = f["peak_memory"].assign(peak_mib=lambda x: x.peak_bytes / 2**20)
+    g = sns.relplot(data=m, x="T", y="peak_mib", hue="model", kind="line", marker="o",
+                    height=3.6, aspect=1.5)
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("T", "peak memory of one forward (MiB)")
+    return g.figure
+
+
+def figure_history(f):
+    h = f["asv_history"]
+    g = sns.relplot(data=h, x="commit", y="seconds", hue="series", col="T", kind="line",
+                    marker="o", height=3.2, aspect=1.0, col_wrap=4,
+                    facet_kws={"sharey": False})
+    g.set(yscale="log")
+    g.set_axis_labels("commit (oldest first)", "time (s)")
+    for ax in g.axes.flat:
+        ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+    return g.figure

@@ -1,0 +1,384 @@
+"""harness.kernels.gru against torch.nn.GRU, its loop twin in tests/naive_gated.py, and finite
+differences.
+
+Tolerances (stated once), relative to the largest entry of each array:
+- torch.nn.GRU and autograd, float64: 1e-12 (measured: 7e-16);
+- the naive twin, which runs in float64 on the same (possibly float32) inputs: float64 kernels
+  to 1e-12 (measured: 2e-15), float32 kernels to 2e-5 (measured: 4e-7);
+- central finite differences, float64: 1e-6 (measured: 1e-9).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import naive
+import naive_gated as ng
+from _deps import require_module
+from harness.kernels import gru
+
+T, D_IN, D_H, B = 5, 3, 4, 2
+TOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 2e-5}
+TORCH_TOL = 1e-12
+FD_TOL = 1e-6
+FORWARD_ARGS = ("X", "W_ih", "W_hh", "b_ih", "b_hh", "h0")
+
+
+def close(got, want, dtype, what=""):
+    """Compare an array from the kernel with a float64 reference at the stated tolerance."""
+    assert got.dtype == np.dtype(dtype), what
+    assert got.shape == np.shape(want), what
+    err = naive.rel_err(got, want)
+    assert err <= TOL[np.dtype(dtype)], f"{what}: relative error {err:.2e}"
+
+
+def make(seed, dtype=np.float64, batched=False, bias=True, h0="none", t=T):
+    """Random inputs; h0 is 'none', 'full' ((B, d_h) or (d_h,)) or 'shared' ((d_h,) over a batch)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(B, t, D_IN) if batched else (t, D_IN))
+    W_ih = rng.normal(size=(3 * D_H, D_IN)) * 0.6
+    W_hh = rng.normal(size=(3 * D_H, D_H)) * 0.6
+    b_ih, b_hh = (rng.normal(size=3 * D_H) * 0.4 for _ in range(2)) if bias else (None, None)
+    if h0 == "none":
+        h = None
+    else:
+        h = rng.normal(size=(B, D_H) if batched and h0 == "full" else D_H) * 0.5
+    cast = lambda a: None if a is None else a.astype(dtype)   # noqa: E731
+    return tuple(cast(a) for a in (X, W_ih, W_hh, b_ih, b_hh, h))
+
+
+CASES = [(batched, bias, h0)
+         for batched in (False, True)
+         for bias in (False, True)
+         for h0 in (("none", "full", "shared") if batched else ("none", "full"))]
+
+
+# ------------------------------------------------------------------ against the loop twin
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched,bias,h0", CASES)
+def test_forward_matches_naive(dtype, batched, bias, h0):
+    args = make(1, dtype, batched, bias, h0)
+    close(gru.forward(*args), ng.gru_forward(*args), dtype, "H")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched,bias,h0", CASES)
+def test_backward_matches_naive(dtype, batched, bias, h0):
+    X, W_ih, W_hh, b_ih, b_hh, h = make(2, dtype, batched, bias, h0)
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h)
+    dH = np.random.default_rng(3).normal(size=H.shape).astype(dtype)
+    got = gru.backward(X, H, W_ih, W_hh, dH, b_ih, b_hh, h)
+    want = ng.gru_backward(X, W_ih, W_hh, dH, b_ih, b_hh, h)
+    for name, g, w in zip(gru.GRUGrads._fields, got, want):
+        close(g, w, dtype, name)
+    assert got.dh0.shape == (((B, D_H) if batched else (D_H,)) if h is None else h.shape)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_wider_layers_match_naive(dtype, batched):
+    # d_h = 24, d_in = 7, B = 3: every loop runs over more than a vector register's width
+    rng = np.random.default_rng(4)
+    d_in, d_h, t = 7, 24, 9
+    X = rng.normal(size=(3, t, d_in) if batched else (t, d_in)).astype(dtype)
+    W_ih = (rng.normal(size=(3 * d_h, d_in)) / np.sqrt(d_in)).astype(dtype)
+    W_hh = (rng.normal(size=(3 * d_h, d_h)) / np.sqrt(d_h)).astype(dtype)
+    b_ih, b_hh = (rng.normal(size=3 * d_h).astype(dtype) for _ in range(2))
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh)
+    close(H, ng.gru_forward(X, W_ih, W_hh, b_ih, b_hh), dtype, "H")
+    dH = rng.normal(size=H.shape).astype(dtype)
+    got = gru.backward(X, H, W_ih, W_hh, dH, b_ih, b_hh)
+    for name, g, w in zip(gru.GRUGrads._fields, got, ng.gru_backward(X, W_ih, W_hh, dH, b_ih, b_hh)):
+        close(g, w, dtype, name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 3), (4, 1), (1, 1, 1), (1, 6, 2), (3, 1, 2)])
+def test_smallest_sizes_match_naive(dtype, shape):
+    # T = 1, one input feature, a batch of one, d_h = 1: the edges of every loop
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=shape).astype(dtype)
+    W_ih = rng.normal(size=(3, shape[-1])).astype(dtype)
+    W_hh = rng.normal(size=(3, 1)).astype(dtype)
+    H = gru.forward(X, W_ih, W_hh)
+    close(H, ng.gru_forward(X, W_ih, W_hh), dtype, "H")
+    dH = rng.normal(size=H.shape).astype(dtype)
+    for name, g, w in zip(gru.GRUGrads._fields, gru.backward(X, H, W_ih, W_hh, dH),
+                          ng.gru_backward(X, W_ih, W_hh, dH)):
+        close(g, w, dtype, name)
+
+
+def test_batch_is_a_stack_of_sequences():
+    X, W_ih, W_hh, b_ih, b_hh, h0 = make(6, np.float64, True, True, "full")
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h0)
+    for n in range(B):
+        np.testing.assert_allclose(H[n], gru.forward(X[n], W_ih, W_hh, b_ih, b_hh, h0[n]),
+                                   rtol=1e-13, atol=1e-14)
+
+
+def test_saturated_gates_stay_finite_and_exact():
+    X, W_ih, W_hh, b_ih, b_hh, _ = make(7)
+    X = X * 1e3                                   # every gate at 0 or 1
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh)
+    close(H, ng.gru_forward(X, W_ih, W_hh, b_ih, b_hh), np.float64, "H")
+    for g in gru.backward(X, H, W_ih, W_hh, np.ones_like(H), b_ih, b_hh):
+        assert np.isfinite(g).all()
+
+
+# ------------------------------------------------ the forward's gates, kept or recomputed
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_kept_and_recomputed_gates_give_the_same_gradients(dtype, batched, monkeypatch):
+    X, W_ih, W_hh, b_ih, b_hh, h0 = make(8, dtype, batched, True, "full")
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h0)
+    dH = np.random.default_rng(9).normal(size=H.shape).astype(dtype)
+    calls = []
+    real = gru._gates_from_products
+    monkeypatch.setattr(gru, "_gates_from_products", lambda *a: (calls.append(1), real(*a)))
+    # refused before it touched the kept gates
+    with pytest.raises(ValueError, match="dH must have shape"):
+        gru.backward(X, H, W_ih, W_hh, dH[..., :1], b_ih, b_hh, h0)
+    kept = gru.backward(X, H, W_ih, W_hh, dH, b_ih, b_hh, h0)
+    assert calls == []                            # right after its forward: the kept gates
+    again = gru.backward(X, H, W_ih, W_hh, dH, b_ih, b_hh, h0)
+    assert calls == [1]                           # the backward wrote over them: recomputed
+    gru.forward(X[..., :2, :], W_ih, W_hh)        # another forward in between
+    other = gru.backward(X, H, W_ih, W_hh, dH, b_ih, b_hh, h0)
+    assert calls == [1, 1]
+    H2 = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h0)
+    copy = gru.backward(X, H2.copy(), W_ih, W_hh, dH, b_ih, b_hh, h0)
+    assert calls == [1, 1, 1]                     # not the same H: recomputed
+    H3 = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h0)
+    gru.backward(X, H3, W_ih, W_hh.copy(), dH, b_ih, b_hh, h0)
+    assert calls == [1, 1, 1, 1]                  # not the same W_hh object: recomputed
+    for name, *gs in zip(gru.GRUGrads._fields, kept, again, other, copy):
+        for g in gs[1:]:
+            close(g, gs[0].astype(np.float64), dtype, name)
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+def _torch_gru(torch, X, W_ih, W_hh, b_ih, b_hh, h0, GH):
+    """torch.nn.GRU's (H, grads) with the same weights, for the loss sum(GH * H)."""
+    net = torch.nn.GRU(D_IN, D_H, bias=b_ih is not None, batch_first=True).double()
+    with torch.no_grad():
+        net.weight_ih_l0.copy_(torch.from_numpy(W_ih))
+        net.weight_hh_l0.copy_(torch.from_numpy(W_hh))
+        if b_ih is not None:
+            net.bias_ih_l0.copy_(torch.from_numpy(b_ih))
+            net.bias_hh_l0.copy_(torch.from_numpy(b_hh))
+    Xt = torch.tensor(X, requires_grad=True)
+    h0t = None if h0 is None else torch.tensor(h0[None], requires_grad=True)   # (1, [B,] d_h)
+    out, _ = net(Xt, h0t)
+    (out * torch.from_numpy(GH)).sum().backward()
+    grads = {"dX": Xt.grad, "dW_ih": net.weight_ih_l0.grad, "dW_hh": net.weight_hh_l0.grad}
+    if b_ih is not None:
+        grads.update(db_ih=net.bias_ih_l0.grad, db_hh=net.bias_hh_l0.grad)
+    if h0 is not None:
+        grads.update(dh0=h0t.grad[0])
+    return out.detach().numpy(), {k: g.numpy() for k, g in grads.items()}
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("h0", ["none", "full"])
+def test_against_torch_nn_gru(batched, bias, h0):
+    torch = require_module("torch", "pip install -e '.[torch]'")
+    X, W_ih, W_hh, b_ih, b_hh, h = make(10, np.float64, batched, bias, h0)
+    GH = np.random.default_rng(11).normal(size=X.shape[:-1] + (D_H,))
+    H_t, grads_t = _torch_gru(torch, X, W_ih, W_hh, b_ih, b_hh, h, GH)
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h)
+    got = gru.backward(X, H, W_ih, W_hh, GH, b_ih, b_hh, h)
+    checks = {"H": (H, H_t)}
+    checks.update({name: (getattr(got, name), want) for name, want in grads_t.items()})
+    assert len(checks) == 4 + 2 * bias + (h0 == "full")
+    for name, (g, w) in checks.items():
+        err = naive.rel_err(g, w)
+        assert err <= TORCH_TOL, f"{name}: relative error {err:.2e} against torch"
+
+
+# ------------------------------------------------------------------ finite differences
+
+@pytest.mark.parametrize("batched,h0", [(False, "full"), (True, "full"), (True, "shared")])
+def test_gradients_match_finite_differences(batched, h0):
+    X, W_ih, W_hh, b_ih, b_hh, h = make(12, np.float64, batched, True, h0, t=3)
+    GH = np.random.default_rng(13).normal(size=X.shape[:-1] + (D_H,))
+
+    def loss():
+        return float((GH * gru.forward(X, W_ih, W_hh, b_ih, b_hh, h)).sum())
+
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h)
+    got = gru.backward(X, H, W_ih, W_hh, GH, b_ih, b_hh, h)
+    for name, arg in zip(gru.GRUGrads._fields, (X, W_ih, W_hh, b_ih, b_hh, h)):
+        err = naive.rel_err(getattr(got, name), naive.numeric_grad(loss, arg))
+        assert err <= FD_TOL, f"{name}: relative error {err:.2e}"
+
+
+# ------------------------------------------------------------- no silent wrong numbers
+
+def _all_inputs(seed, dtype, batched):
+    X, W_ih, W_hh, b_ih, b_hh, h0 = make(seed, dtype, batched, True, "full")
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h0)
+    dH = np.random.default_rng(seed + 1).normal(size=H.shape).astype(dtype)
+    return dict(X=X, H=H, W_ih=W_ih, W_hh=W_hh, dH=dH, b_ih=b_ih, b_hh=b_hh, h0=h0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_inputs_are_never_written(dtype, batched):
+    kw = _all_inputs(14, dtype, batched)
+    before = {k: a.copy() for k, a in kw.items()}
+    gru.forward(**{k: kw[k] for k in FORWARD_ARGS})
+    gru.backward(**kw)                            # with the kept gates
+    gru.backward(**kw)                            # with recomputed ones
+    for k, a in kw.items():
+        np.testing.assert_array_equal(a, before[k], err_msg=k)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_backward_refuses_states_of_another_W_hh(dtype, batched):
+    kw = _all_inputs(15, dtype, batched)
+    kw["H"] = gru.forward(kw["X"], kw["W_ih"], kw["W_hh"] / 2, kw["b_ih"], kw["b_hh"], kw["h0"])
+    with pytest.raises(ValueError, match="does not follow from X"):
+        gru.backward(**kw)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("h0", ["none", "full"])
+def test_backward_refuses_a_batch_with_two_sequences_swapped(dtype, h0):
+    X, W_ih, W_hh, b_ih, b_hh, h = make(16, dtype, True, True, h0)
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h)
+    dH = np.ones_like(H)
+    gru.backward(X, H, W_ih, W_hh, dH, b_ih, b_hh, h)      # as they came: fine
+    with pytest.raises(ValueError, match="at step t=1 of sequence 0"):
+        gru.backward(X, H[::-1], W_ih, W_hh, dH, b_ih, b_hh, h)
+
+
+def test_backward_refuses_forgotten_h0_and_biases():
+    kw = _all_inputs(17, np.float64, False)
+    for name in ("h0", "b_ih", "b_hh"):
+        with pytest.raises(ValueError, match="does not follow"):
+            gru.backward(**{**kw, name: None})
+
+
+def test_backward_refuses_states_of_another_X():
+    kw = _all_inputs(18, np.float64, True)
+    X = kw["X"].copy()
+    X[1, 1] += 1.0                                # the second step of the second sequence only
+    with pytest.raises(ValueError, match=r"step t=2 of sequence 1"):
+        gru.backward(**{**kw, "X": X})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_matching_forward_and_backward_are_never_refused(dtype, batched):
+    """The checks have no false alarms: with biases, h0, saturation, both dtypes."""
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        d_in, d_h = 6, 5
+        scale = [0.1, 1.0, 5.0][seed % 3]
+        X = (rng.normal(size=(3, 12, d_in) if batched else (12, d_in)) * scale).astype(dtype)
+        W_ih = (rng.normal(size=(3 * d_h, d_in)) * scale).astype(dtype)
+        W_hh = (rng.normal(size=(3 * d_h, d_h)) * scale).astype(dtype)
+        b_ih, b_hh = ((rng.normal(size=3 * d_h) * 2).astype(dtype) for _ in range(2))
+        h0 = (rng.normal(size=(3, d_h) if batched else d_h) * 3).astype(dtype)
+        H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h0)
+        gru.backward(X, H, W_ih, W_hh, np.ones_like(H), b_ih, b_hh, h0)
+
+
+def test_overflow_is_announced_with_its_step():
+    X = np.zeros((4, 2), dtype=np.float32)
+    X[2] = 1e30                                   # x W_ih^T = 1e40 - 1e40: inf in float32
+    W_ih = np.zeros((3, 2), dtype=np.float32)
+    W_ih[:, 0], W_ih[:, 1] = 1e10, -1e10
+    W_hh = np.zeros((3, 1), dtype=np.float32)
+    # tanh(inf) = 1 would hide it: the pre-activations themselves are watched
+    words = r"pre-activations .* not finite from step t=3 of 4,.*float64"
+    with pytest.raises(FloatingPointError, match=words):
+        gru.forward(X, W_ih, W_hh)
+    for dtype in (np.float32, np.float64):        # the columns form (float32) and the rows form
+        X2 = np.stack([np.zeros_like(X), X]).astype(dtype)
+        if dtype == np.float64:
+            X2[1, 2] = 1e300
+            W = W_ih.astype(dtype) * 1e290         # 1e300 x 1e300 overflows float64
+        else:
+            W = W_ih
+        with pytest.raises(FloatingPointError, match=r"step t=3 of 4 of sequence 1"):
+            gru.forward(X2, W, W_hh.astype(dtype))
+    W_ih = np.zeros((3, 2), dtype=np.float32)      # only n's input row overflows
+    W_ih[2, 0], W_ih[2, 1] = 1e10, -1e10
+    with pytest.raises(FloatingPointError, match=r"step t=3 of 4 of sequence 1"):
+        gru.forward(np.stack([np.zeros_like(X), X]), W_ih, W_hh)
+
+
+def test_overflow_in_the_backward_is_announced():
+    X, W_ih, W_hh, b_ih, b_hh, h0 = make(20, np.float32)
+    H = gru.forward(X, W_ih, W_hh, b_ih, b_hh, h0)
+    with pytest.raises(FloatingPointError, match=r"backward overflowed: dl/dx_t is not finite"):
+        gru.backward(X, H, W_ih, W_hh, np.full_like(H, 3e38), b_ih, b_hh, h0)
+
+
+def test_public_import_is_the_kernel_module():
+    from harness import gru as public
+    assert public is gru
+
+
+# ------------------------------------------------------------------ every error message
+
+def _bad(kw, **changes):
+    return {**kw, **changes}
+
+
+ERRORS = [
+    # (what to change, exception, words the message must hold)
+    (lambda kw: _bad(kw, X=kw["X"].astype(np.int64)),
+     TypeError, r"X must have dtype float32 or float64, got int64"),
+    (lambda kw: _bad(kw, X=kw["X"][0, 0]),
+     ValueError, r"X must be 2-D or 3-D, got 1-D"),
+    (lambda kw: _bad(kw, X=kw["X"][:0]),
+     ValueError, r"X has a zero-length axis"),
+    (lambda kw: _bad(kw, X={"x": 1}),
+     TypeError, r"X must have dtype float32 or float64, got object"),
+    (lambda kw: _bad(kw, W_ih=kw["W_ih"].astype(np.float32)),
+     TypeError, r"W_ih has dtype float32 but the other inputs are float64"),
+    (lambda kw: _bad(kw, W_ih=kw["W_ih"][:, :-1]),
+     ValueError, r"W_ih must have shape \(12, 3\), got \(12, 2\)"),
+    (lambda kw: _bad(kw, W_hh=kw["W_hh"][:-1]),
+     ValueError, r"W_hh must have shape \(3\*d_h, d_h\).*got \(11, 4\)"),
+    (lambda kw: _bad(kw, W_hh=kw["W_hh"][0]),
+     ValueError, r"W_hh must be 2-D, got 1-D"),
+    (lambda kw: _bad(kw, W_hh=np.full_like(kw["W_hh"], np.nan)),
+     ValueError, r"W_hh holds 48 NaN or inf"),
+    (lambda kw: _bad(kw, b_ih=kw["b_ih"][:-1]),
+     ValueError, r"b_ih must have shape \(12,\), got \(11,\)"),
+    (lambda kw: _bad(kw, b_hh=kw["b_hh"][None]),
+     ValueError, r"b_hh must be 1-D, got 2-D"),
+    (lambda kw: _bad(kw, h0=kw["h0"][:, :-1]),
+     ValueError, r"h0 must have shape \(2, 4\), got \(2, 3\)"),
+    (lambda kw: _bad(kw, h0=[[np.inf] * 4] * 2),
+     ValueError, r"h0 holds 8 NaN or inf"),
+    (lambda kw: _bad(kw, H=kw["H"][:, :-1]),
+     ValueError, r"H must have shape \(2, 5, 4\), got \(2, 4, 4\)"),
+    (lambda kw: _bad(kw, H=kw["H"][0]),
+     ValueError, r"H must be 3-D, got 2-D"),
+    (lambda kw: _bad(kw, H=kw["H"].astype(np.float32)),
+     TypeError, r"H has dtype float32"),
+    (lambda kw: _bad(kw, dH=kw["dH"][..., :-1]),
+     ValueError, r"dH must have shape \(2, 5, 4\), got \(2, 5, 3\)"),
+    (lambda kw: _bad(kw, dH=kw["dH"].astype(np.int32)),
+     TypeError, r"dH must have dtype float32 or float64, got int32"),
+]
+
+
+@pytest.mark.parametrize("change,exc,words", ERRORS)
+def test_every_bad_input_is_named(change, exc, words):
+    kw = change(_all_inputs(19, np.float64, True))
+    with pytest.raises(exc, match=words):
+        gru.backward(**kw)
+    if words.split()[0] in FORWARD_ARGS:          # an argument of the forward too
+        with pytest.raises(exc, match=words):
+            gru.forward(**{k: kw[k] for k in FORWARD_ARGS})
