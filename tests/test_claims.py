@@ -136,3 +136,62 @@ def test_a_schedule_without_P_equal_T_is_not_measured():
     assert row["verdict"] == claims.NOT_MEASURED
     assert row["claim"] == "A machine with 800 processors changes nothing for 800 tokens"
     assert row["measured"] == "not measured: the RNN was not scheduled on both 1 and 800 processors"
+
+
+# ----------------------------------------------------------------------------- gated recurrences
+
+def _gated_depth(lstm_path, Ts=(50, 100, 200)):
+    rows = [dict(model="rnn", T=T, span=3 * T, max_path=3 * T) for T in Ts]
+    rows += [dict(model="lstm", T=T, span=7 * T, max_path=p) for T, p in zip(Ts, lstm_path)]
+    rows += [dict(model="gru", T=T, span=9 * T, max_path=3 * T + 1) for T in Ts]
+    return {"depth": pd.DataFrame(rows)}
+
+
+def test_gates_did_not_shorten_holds_for_paths_linear_in_T_and_fails_for_a_constant_one():
+    row = claims.gates_did_not_shorten(_gated_depth([105, 205, 405]))
+    assert row["verdict"] == HOLDS and row["value"] == 405
+    assert "LSTM span 7.0·T and path 2.02·T" in row["measured"]
+    assert "RNN span 3.0·T and path 3.00·T" in row["measured"]
+    flat = claims.gates_did_not_shorten(_gated_depth([5, 5, 5]))    # an attention-like path
+    assert flat["verdict"] == FAILS and "not every one grows linearly" in flat["measured"]
+    alone = _gated_depth([105, 205, 405])["depth"].query("model != 'gru'")
+    row = claims.gates_did_not_shorten({"depth": alone})
+    assert row["verdict"] == claims.NOT_MEASURED and "no gru rows" in row["measured"]
+
+
+def _path(model, k, log10, **keys):
+    base = dict(model=model, weight="gaussian", activation="tanh", rho=np.nan, input_scale=1.0,
+                T=len(k) + 1, d=4, seed=0, gate_bias=np.nan)
+    return pd.DataFrame({**base, **keys, "distance": k, "log10_norm": log10})
+
+
+def test_survival_distances_are_the_last_k_before_the_norm_falls_3_decades():
+    from harness.report import numbers
+    k = np.arange(1, 11)
+    d = pd.concat([_path("rnn", k, -0.5 * k, weight="orthogonal", rho=0.9),     # -3 at k = 7
+                   _path("lstm", k, -0.01 * k, gate_bias=3.0),                  # never: k = 10
+                   _path("gru", k, np.r_[0.0, -4.0, np.zeros(8)], gate_bias=0.0)])
+    got = numbers.survival_distances(d).set_index("model").distance
+    # computed another way: the first k whose norm is more than 3 decades below k = 1, minus 1
+    want = {}
+    for m, g in d.groupby("model"):
+        rel = g.log10_norm.to_numpy() - g.log10_norm.iloc[0]
+        fallen = [kk for kk, r in zip(g.distance, rel) if r < -3]
+        want[m] = (fallen[0] - 1) if fallen else int(g.distance.max())
+    assert got.to_dict() == want == {"rnn": 7, "lstm": 10, "gru": 1}
+
+
+def test_gates_made_it_survivable_holds_when_a_gated_path_outlives_the_rnn():
+    k = np.arange(1, 101)
+    rnn = pd.concat([_path("rnn", k, -0.07 * k, weight="orthogonal", rho=r) for r in (0.9, 1.1)])
+    lstm = pd.concat([_path("lstm", k, -s * k, gate_bias=b) for b, s in ((0.0, 0.2), (3.0, 0.01))])
+    row = claims.gates_made_it_survivable({"decay": pd.concat([rnn, lstm])})
+    assert row["verdict"] == HOLDS and row["value"] == 100
+    assert "LSTM with its gate bias at 3" in row["measured"] and "the whole sequence" in row["measured"]
+    assert "the tanh RNN at best to distance 43" in row["measured"]     # -0.07 (k - 1) >= -3 to k = 43
+    assert "at gate bias 0 the gated recurrences reach at most distance 16" in row["measured"]
+    worse = pd.concat([_path("lstm", k, -0.2 * k, gate_bias=b) for b in (0.0, 3.0)])
+    row = claims.gates_made_it_survivable({"decay": pd.concat([rnn, worse])})
+    assert row["verdict"] == FAILS and "did not make the trip survivable" in row["measured"]
+    row = claims.gates_made_it_survivable({"decay": rnn})                # a run without them
+    assert row["verdict"] == claims.NOT_MEASURED and "no gated recurrence rows" in row["measured"]

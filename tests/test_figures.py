@@ -657,3 +657,38 @@ def test_encode_gives_png_and_svg_and_closes_the_figure():
     with Image.open(io.BytesIO(files["png"])) as im:
         assert [round(v) for v in im.info["dpi"]] == [110, 110]
     assert files["svg"].decode("utf-8").lstrip().startswith("<?xml")
+
+
+# ------------------------------------------------------------------ the gated recurrences
+
+def _gated_frame():
+    k = np.arange(1, 21)
+    base = dict(weight="gaussian", activation="tanh", rho=np.nan, input_scale=1.0, T=21, d=4,
+                seed=0, gate_bias=np.nan, log10_gated=np.nan)
+    rows = [pd.DataFrame({**base, "model": "rnn", "weight": "orthogonal", "rho": 0.9,
+                          "distance": k, "log10_norm": -0.5 * k})]
+    for m, b, s in (("lstm", 0.0, 0.3), ("lstm", 3.0, 0.01), ("gru", 1.0, 0.1)):
+        rows.append(pd.DataFrame({**base, "model": m, "gate_bias": b, "distance": k,
+                                  "log10_norm": -s * k, "log10_gated": -2 * s * k}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_gated_caption_states_each_reach_and_the_far_values():
+    cap = captions.caption_gated({"gated_decay": _gated_frame()})
+    # reach, worked out by hand: -s (k - 1) >= -3 up to k = 1 + 3 / s, capped at T - 1 = 20
+    assert "the LSTM's out to k = 11 at gate bias 0, k = 20 at gate bias 3" in cap
+    assert "the GRU's out to k = 20 at gate bias 1" in cap
+    assert "the tanh RNN's at best out to k = 7" in cap
+    assert "LSTM at gate bias 3: 10^-0.2 (its additive route 10^-0.4)" in cap
+    assert "GRU at gate bias 1: 10^-2.0 (its additive route 10^-4.0)" in cap
+
+
+def test_gated_figure_draws_both_routes_of_each_family_beside_the_rnn():
+    fig = figures.figure_gated({"gated_decay": _gated_frame()})
+    titles = sorted(ax.get_title() for ax in fig.axes if ax.get_title())
+    assert titles == ["model = gru", "model = lstm", "model = rnn"]
+    lstm = next(ax for ax in fig.axes if ax.get_title() == "model = lstm")
+    ys = sorted(round(float(line.get_ydata()[-1]), 6) for line in lstm.get_lines()
+                if len(line.get_ydata()) == 20)
+    # gate bias 0: full -6, additive -12; gate bias 3: full -0.2, additive -0.4
+    assert ys == [-12.0, -6.0, -0.4, -0.2]

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from harness.models import ATTENTION as ATT
+from harness.models import GATED_RECURRENCES as GATED
 from harness.models import PARALLEL_RECURRENCE as LRU
 from harness.models import RECURRENCE as RNN
 from harness.report import numbers
@@ -252,10 +253,66 @@ def scan_parallelises(f):
                 f"{log_span / math.log2(T):.1f}·log2 T", log_span, verdict)
 
 
+# ----------------------------------------------------------------------------- gated recurrences
+
+SURVIVES = -3.0        # "survives": the gradient is still above 10^-3 of its value at k = 1
+
+
+@_claim("The LSTM and the GRU did not shorten the path: their span and path length grow with "
+        "T, as the RNN's", "goodbye to recurrence", "depth")
+def gates_did_not_shorten(f):
+    """The gated recurrences' span and position-1-to-T path are a constant number of
+    operations per step at every T, as the tanh RNN's: linear in T, not shorter in kind."""
+    d = f["depth"]
+    absent = [m for m in (RNN, *GATED) if not (d.model == m).any()]
+    if absent:
+        return _unmeasured(f"the depth table has no {', '.join(absent)} rows")
+    parts, linear = [], True
+    for m in (RNN, *GATED):
+        r = numbers.by_T(d, m)
+        span, path = r.span / r["T"], r.max_path / r["T"]
+        linear &= bool(span.max() / span.min() < 1.05 and path.iloc[-1] >= 1.0
+                       and r.max_path.iloc[-1] > r.max_path.iloc[0])
+        parts.append(f"{m.upper()} span {span.iloc[-1]:.1f}·T and path {path.iloc[-1]:.2f}·T")
+    T0, T1 = int(d["T"].min()), int(d["T"].max())
+    return _row(f"from T = {T0} to {T1:,}: " + "; ".join(parts)
+                + (" operations: every one linear in T" if linear else
+                   " operations: not every one grows linearly in T"),
+                float(numbers.by_T(d, "lstm").max_path.iloc[-1]), HOLDS if linear else FAILS)
+
+
+@_claim("…they opened an additive route beside it so that the signal survived the trip",
+        "goodbye to recurrence", "decay")
+def gates_made_it_survivable(f):
+    """Over the gate biases, the gated recurrences' gradient stays above 10^-3 of its near value
+    farther than the tanh RNN's does at any radius: survivable, though still decaying."""
+    reach = numbers.survival_distances(f["decay"], SURVIVES)
+    reach = reach[reach.model.isin((RNN, *GATED))]
+    rnn = reach[(reach.model == RNN) & (reach.activation == "tanh")]
+    gated = reach[reach.model.isin(GATED)]
+    if not len(rnn) or not len(gated):
+        return _unmeasured("the decay table has no tanh RNN or no gated recurrence rows")
+    best_rnn = rnn.loc[rnn.distance.idxmax()]
+    best = gated.loc[gated.distance.idxmax()]
+    T = int(best["T"])
+    far = "the whole sequence" if best.distance >= T - 1 else f"distance {int(best.distance):,}"
+    survives = best.distance > best_rnn.distance
+    low = gated[gated.gate_bias == gated.gate_bias.min()]
+    return _row(f"the {best.model.upper()} with its gate bias at {best.gate_bias:g} (input scale "
+                f"{best.input_scale:g}) keeps the gradient above 10^{SURVIVES:g} of its near value "
+                f"out to {far}, the tanh RNN at best to distance {int(best_rnn.distance):,} "
+                f"(ρ = {best_rnn.rho:g}, input scale {best_rnn.input_scale:g}); at gate bias "
+                f"{low.gate_bias.min():g} the gated recurrences reach at most distance "
+                f"{int(low.distance.max()):,}"
+                + ("" if survives else ": the gates did not make the trip survivable here"),
+                best.distance, HOLDS if survives else FAILS)
+
+
 CLAIMS = (depth_in_sequence, scan_parallelises, processors_change_nothing, attention_constant_stages,
           counts_cross_at_d, wall_time_crosses_at_d, vanishing_with_radius, tanh_makes_it_worse,
           clipping_stops_explosion_only, attention_one_factor, sqrt_dk,
-          diagonal_without_projections, additive_routes)
+          diagonal_without_projections, additive_routes, gates_did_not_shorten,
+          gates_made_it_survivable)
 
 
 def claims_table(frames):

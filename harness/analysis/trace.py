@@ -12,7 +12,8 @@ analysis needs, and every operation on it appends one node to a ``Graph``:
 
 So the graph is the computation that ran (``harness.models.reference``), not a graph
 typed beside it. Supported: ``@``, ``+``, ``-``, ``*``, ``/``, unary ``-``,
-``np.tanh``, ``np.exp``, ``scipy.special.expit`` (sigmoid), ``.max``/``.sum`` over the last axis, ``.T``,
+``np.tanh``, ``np.exp``, ``scipy.special.expit`` (sigmoid), ``np.sqrt`` (a layer norm's
+standard deviation), ``np.maximum`` (ReLU), ``.max``/``.sum`` over the last axis, ``.T``,
 indexing and slicing (with steps), ``.reshape``, ``np.stack``,
 ``np.concatenate``, ``np.swapaxes`` and ``np.where``. Anything else raises
 TypeError naming the operation, so an untraceable forward fails loudly.
@@ -21,7 +22,8 @@ Multiplications counted: every multiply-add of a matrix product, and every
 product of an elementwise ``*`` (the linear recurrence's lam * h), each under
 the part of the weight it multiplies (``Graph.weight_parts``). A value computed
 from weights alone (lam * lam, a power of the recurrence's coefficient) keeps
-its weight's part.
+its weight's part, and a slice of a weight is that weight (the query block
+``W_in[:d]`` of a Transformer's stacked projection counts under W_in's part).
 """
 
 from __future__ import annotations
@@ -301,9 +303,9 @@ class Traced:
                 # reading one row of an op's output waits for that row only
                 self.graph.ops[self.owner].split = True
                 return self._view(dist, sdep, axes, deps=[(self.owner, row % self.shape[-2])])
-            return self._view(dist, sdep, axes)
+            return self._view(dist, sdep, axes, leaf=self.leaf)
         axes = self.axes if dist.ndim == self.ndim else ("?",) * dist.ndim
-        return self._view(dist, sdep, axes)
+        return self._view(dist, sdep, axes, leaf=self.leaf)       # a slice of a weight is that weight
 
     # --- operators ------------------------------------------------------------------
     def __add__(self, o): return self._elementwise("add", self, o)
@@ -319,7 +321,8 @@ class Traced:
     def __rmatmul__(self, o): return self._matmul(o, self)
 
     _UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
-               np.negative: "neg", np.tanh: "tanh", np.exp: "exp", expit: "sigmoid"}
+               np.negative: "neg", np.tanh: "tanh", np.exp: "exp", expit: "sigmoid",
+               np.sqrt: "sqrt", np.maximum: "maximum"}
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method != "__call__" or kwargs.get("out") is not None:
@@ -329,8 +332,8 @@ class Traced:
         kind = self._UFUNCS.get(ufunc)
         if kind is None:
             raise TypeError(f"trace: np.{ufunc.__name__} is not traced; the traced forward "
-                            f"may use only @ + - * / tanh exp sigmoid (scipy.special.expit), max/sum, indexing, reshape, stack, "
-                            f"concatenate, where")
+                            f"may use only @ + - * / tanh exp sigmoid (scipy.special.expit) sqrt maximum, "
+                            f"max/sum, indexing, reshape, stack, concatenate, where")
         return self._elementwise(kind, *inputs)
 
     def __array_function__(self, func, types, args, kwargs):

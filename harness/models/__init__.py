@@ -40,6 +40,8 @@ RECURRENCE = "rnn"
 ATTENTION = "attention"
 # ... and the recurrence that parallelises (a diagonal linear recurrence, by a scan)
 PARALLEL_RECURRENCE = "lru"
+# ... and the gated recurrences the goodbye-to-recurrence lesson names
+GATED_RECURRENCES = ("lstm", "gru")
 
 # The gradient-path frame: one row per (family, configuration, distance), these columns in
 # this order. The configuration's columns come first (the summary groups by them; a family
@@ -59,6 +61,7 @@ PATH_COLUMNS = PATH_KEYS + (
     "log10_score",      # attention's score route (x_j inside alpha)
     "norm_measure",     # which measure log10_norm is: "spectral" or "probe"
     "log10_gated",      # the gated recurrences' additive route alone: prod f (LSTM), prod z (GRU)
+    "log10_residual",   # the Transformer layer's residual route: what x_T alone gives y_T (same every k)
 )
 # Family.path.summary's keys, in this order (gradpath.summarise names them as its columns)
 PATH_SUMMARY_KEYS = ("fitted_rate", "fitted_rate_probe", "theory_rate", "bound_rate",

@@ -26,6 +26,7 @@ from harness.infra import machine, signals, timing
 from harness.infra.config import REPORT
 from harness.infra.files import STAGING_PREFIX, OutputSet, UsageError, check_name
 from harness.models import ATTENTION as ATT
+from harness.models import GATED_RECURRENCES as GATED
 from harness.models import PARALLEL_RECURRENCE as LRU
 from harness.models import RECURRENCE as RNN
 from harness.report import captions, figures, history, html
@@ -64,6 +65,11 @@ def _sections(config, progress):
     yield ("recurrence", "The recurrence that parallelises",
            {"scan_depth": dt[dt.model.isin(recurrences)], "lru_decay": lru_rows},
            [("lru_decay", figures.figure_lru_decay)])
+
+    gated = frame[frame.model.isin(GATED) | ((frame.model == RNN) & (frame.activation == "tanh")
+                                             & (frame.weight == "orthogonal"))]
+    yield ("gated", "The gated recurrences: survivable, not short", {"gated_decay": gated},
+           [("gated_decay", figures.figure_gated)])
 
     T, d = config.schedule.T_values[0], config.schedule_d
     progress(f"schedule on P processors (T = {T})")

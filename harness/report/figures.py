@@ -103,6 +103,30 @@ def figure_lru_decay(f):
     return g.figure
 
 
+def figure_gated(f):
+    """The gated recurrences' full path and additive route over distance, one panel per family,
+    one colour per gate bias, beside the tanh RNN at each radius (unit-scale inputs)."""
+    d = f["gated_decay"]
+    d = d[d.input_scale == numbers.UNIT_SCALE]
+    gated = d[d.gate_bias.notna()]
+    rnn = d[d.gate_bias.isna()]
+    long = pd.concat([
+        gated.assign(route="full ∂h_T/∂h_(T−k)", config=gated.gate_bias.map("gate bias {:g}".format)),
+        gated.assign(route="additive route alone", log10_norm=gated.log10_gated,
+                     config=gated.gate_bias.map("gate bias {:g}".format)),
+        rnn.assign(route="full ∂h_T/∂h_(T−k)", config=rnn.rho.map("ρ = {:g}".format))],
+        ignore_index=True)
+    clipped = int((long.log10_norm.abs() > CLIP_DECADES).sum())
+    long["log10_norm"] = long.log10_norm.clip(-CLIP_DECADES, CLIP_DECADES)
+    g = sns.relplot(data=long, x="distance", y="log10_norm", hue="config", style="route",
+                    col="model", kind="line", height=3.4, aspect=1.1, facet_kws={"sharey": True})
+    g.set_axis_labels("distance k", "log10 ‖∂h_T/∂h_(T−k)‖")
+    if clipped:
+        g.figure.suptitle(f"values beyond ±{CLIP_DECADES} decades drawn at the edge ({clipped} points)",
+                          y=1.02, fontsize=8)
+    return g.figure
+
+
 def figure_attention_path(f):
     lv = f["attention_level"]
     g = sns.relplot(data=lv, x="T", y="log10_level", hue="input_scale", kind="line", marker="o",

@@ -89,6 +89,22 @@ def clipping_radii(c):
 
 # ------------------------------------------------------------------ the linear recurrence
 
+def survival_distances(decay, threshold=-3.0):
+    """Per configuration of a decay frame: how far the path survives, the largest distance k
+    such that log10_norm stays within ``threshold`` decades of its value at k = 1 at every
+    distance up to k (T-1: the whole sequence). One row per configuration: ``PATH_KEYS`` and
+    ``distance``."""
+    rows = []
+    for key, g in decay.groupby(list(models.PATH_KEYS), sort=False, dropna=False):
+        g = g.sort_values("distance")
+        rel = g.log10_norm.to_numpy() - g.log10_norm.iloc[0]
+        below = np.flatnonzero(~(rel >= threshold))             # NaN counts as fallen
+        k = int(g.distance.iloc[below[0] - 1]) if len(below) and below[0] > 0 else \
+            (0 if len(below) else int(g.distance.iloc[-1]))
+        rows.append({**dict(zip(models.PATH_KEYS, key)), "distance": k})
+    return pd.DataFrame(rows, columns=[*models.PATH_KEYS, "distance"])
+
+
 def scan_form():
     """The traced form that computes the parallel recurrence by a scan: its family's second
     form (the first is its own step loop, named as the family)."""
