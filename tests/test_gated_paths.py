@@ -158,11 +158,11 @@ def test_decay_frames_and_jobs(family, decay):
     # the additive route alone decays by the product of gates below 1: it never rises
     assert (np.diff(f.log10_gated) <= 0).all()
     cfg = DecayConfig(input_scales=(1.0, 4.0))
-    jobs = family.decay_jobs(cfg, 40, 4)
+    jobs = family.FAMILY.path.jobs(cfg, 40, 4)
     assert [(j["input_scale"], j["gate_bias"]) for j in jobs] == [
         (s, b) for s in (1.0, 4.0) for b in _gated.GATED.gate_biases]
     mine = dataclasses.replace(cfg, path_options=((family.FAMILY.name, _gated.GatedOptions((5.0,))),))
-    assert [j["gate_bias"] for j in family.decay_jobs(mine, 40, 4)] == [5.0, 5.0]
+    assert [j["gate_bias"] for j in family.FAMILY.path.jobs(mine, 40, 4)] == [5.0, 5.0]
 
 
 def test_a_larger_gate_bias_keeps_more_of_the_signal():

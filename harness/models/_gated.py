@@ -20,7 +20,7 @@ import numpy as np
 from harness.analysis import trace
 from harness.infra.stats import fit_rate
 from harness.infra.validate import check_int, check_real, check_seed
-from harness.models import path_frame, path_options
+from harness.models import GradientPath, path_frame, path_options
 
 LN10 = math.log(10.0)
 
@@ -97,10 +97,20 @@ def route_norms(jacobians, T, d, log_gate):
     return full, route.max(axis=1) / LN10
 
 
-def jobs(name, config, T, d):
-    """Every (input scale, gate bias) of the sweep at one (T, d)."""
-    return [dict(model=name, T=T, d=d, input_scale=s, gate_bias=b)
-            for s in config.input_scales for b in path_options(config, name).gate_biases]
+def path(name, decay, gates, states):
+    """The ``GradientPath`` of the gated family ``name``: one job per (input scale, gate bias)
+    of the sweep, each measured by ``decay(T, d, gate_bias, input_scale, seed)``."""
+    def jobs(config, T, d):
+        return [dict(model=name, T=T, d=d, input_scale=s, gate_bias=b)
+                for s in config.input_scales for b in path_options(config, name).gate_biases]
+
+    def measure(job, config):
+        return decay(T=job["T"], d=job["d"], gate_bias=job["gate_bias"],
+                     input_scale=job["input_scale"], seed=config.seed)
+
+    return GradientPath(jobs=jobs, measure=measure, summary=summary,
+                        memory=lambda T, d, config: memory(name.upper(), T, d, gates, states),
+                        flops=lambda T, d, config: flops(T, d, states), options=GATED)
 
 
 def decay_frame(name, jacobians, log_gate, T, d, input_scale, gate_bias, seed):

@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from harness.kernels import gru
-from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
+from harness.models import (Compared, Family, Form, Kernels, Tracing, Variant,
                             _gated, reference, torch_peers)
-from harness.models.lstm import _sigmoid, compare_target
+from harness.models.lstm import _sigmoid
+from harness.models.rnn import compare_target
 
 GATES = 3
 
@@ -104,15 +105,6 @@ def gru_decay(T=256, d=32, gate_bias=1.0, input_scale=1.0, seed=0):
                               log_z, T, d, input_scale, gate_bias, seed)
 
 
-def decay_jobs(config, T, d):
-    return _gated.jobs("gru", config, T, d)
-
-
-def gradient_path(job, config):
-    return gru_decay(T=job["T"], d=job["d"], gate_bias=job["gate_bias"],
-                     input_scale=job["input_scale"], seed=config.seed)
-
-
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dH, torch=None):
@@ -141,9 +133,7 @@ FAMILY = Family(
                     forms=(Form("gru", traced_forward, macs, trace_memory_bytes),),
                     lesson_parts=("recurrence", "input")),
     timed=TIMED,
-    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=_gated.summary,
-                      memory=lambda T, d, config: _gated.memory("GRU", T, d, GATES, 1),
-                      flops=lambda T, d, config: _gated.flops(T, d, 1), options=_gated.GATED),
+    path=_gated.path("gru", gru_decay, GATES, 1),
     compared=(Compared("default", gru.forward, backward_from, peers, compare_target,
                        directions=("forward", "forward+backward"),     # the targets
                        cases=((1, 1000, 256), (32, 1000, 256)),

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from harness.kernels import lstm
-from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
+from harness.models import rnn as rnn_family
+from harness.models import (Compared, Family, Form, Kernels, Tracing, Variant,
                             _gated, reference, torch_peers)
 
 GATES = 4
@@ -119,15 +120,6 @@ def lstm_decay(T=256, d=32, gate_bias=1.0, input_scale=1.0, seed=0):
                               log_f, T, d, input_scale, gate_bias, seed)
 
 
-def decay_jobs(config, T, d):
-    return _gated.jobs("lstm", config, T, d)
-
-
-def gradient_path(job, config):
-    return lstm_decay(T=job["T"], d=job["d"], gate_bias=job["gate_bias"],
-                      input_scale=job["input_scale"], seed=config.seed)
-
-
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dH, torch=None):
@@ -148,10 +140,7 @@ def peers(X, W, dH, torch=None):
     return impls
 
 
-def compare_target(batch, direction, T, d):
-    if batch == 1:
-        return 1.5, None, "at least 1.5x faster than the fastest peer"
-    return 1.0, None, "at least as fast as the fastest peer"
+compare_target = rnn_family.compare_target     # the RNN's targets: 1.5x at batch 1, else 1x
 
 
 FAMILY = Family(
@@ -162,9 +151,7 @@ FAMILY = Family(
                     forms=(Form("lstm", traced_forward, macs, trace_memory_bytes),),
                     lesson_parts=("recurrence", "input")),
     timed=TIMED,
-    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=_gated.summary,
-                      memory=lambda T, d, config: _gated.memory("LSTM", T, d, GATES, 2),
-                      flops=lambda T, d, config: _gated.flops(T, d, 2), options=_gated.GATED),
+    path=_gated.path("lstm", lstm_decay, GATES, 2),
     compared=(Compared("default", lstm.forward, backward_from, peers, compare_target,
                        directions=("forward", "forward+backward"),     # the targets
                        cases=((1, 1000, 256), (32, 1000, 256)),

@@ -237,3 +237,75 @@ def gru_backward(X, H, W_ih, W_hh, dH, h0=None):
     gh = dH_gates.reshape(-1, 3 * d_h)
     return (dX_gates @ W_ih, gx.T @ X.reshape(-1, X.shape[-1]), gh.T @ H_prev.reshape(-1, d_h),
             gx.sum(axis=0), gh.sum(axis=0), dh)
+
+
+# ----------------------------------------------------------------------------- linear recurrence (LRU)
+# The NumPy peers of harness.kernels.lru: a step loop, and Heinsen's log-space scan.
+
+def lru_forward(X, lam, B):
+    """The step loop a NumPy user would write: one input product, then in-place steps."""
+    U = X @ B.T                                   # (..., T, d_h)
+    H = np.empty(U.shape, dtype=np.result_type(U, lam))
+    h = np.zeros(U.shape[:-2] + U.shape[-1:], dtype=H.dtype)
+    for t in range(U.shape[-2]):
+        np.multiply(lam, h, out=H[..., t, :])
+        H[..., t, :] += U[..., t, :]
+        h = H[..., t, :]
+    return H
+
+
+def _lru_grads(X, H, lam, B, G):
+    """(dX, dlam, dB) from the gradient at every state G, PyTorch's convention."""
+    Hprev = np.concatenate([np.zeros_like(H[..., :1, :]), H[..., :-1, :]], axis=-2)
+    dlam = (np.conj(Hprev) * G).reshape(-1, G.shape[-1]).sum(axis=0)
+    dX = G @ np.conj(B)
+    dB = G.reshape(-1, G.shape[-1]).T @ np.conj(X.reshape(-1, X.shape[-1]))
+    return tuple(g.real if a.dtype.kind != "c" else g for g, a in ((dX, X), (dlam, lam), (dB, B)))
+
+
+def lru_backward(X, H, lam, B, dH):
+    """The reverse step loop G_t = dH_t + conj(lam) G_{t+1}, then the sums over steps."""
+    G = np.empty(H.shape, dtype=H.dtype)
+    g = np.zeros(H.shape[:-2] + H.shape[-1:], dtype=H.dtype)
+    lc = np.conj(lam)
+    for t in range(H.shape[-2] - 1, -1, -1):
+        np.multiply(lc, g, out=G[..., t, :])
+        G[..., t, :] += dH[..., t, :]
+        g = G[..., t, :]
+    return _lru_grads(X, H, lam, B, G)
+
+
+def heinsen_scan(lam, U):
+    """h_t = lam h_{t-1} + u_t (h_0 = 0) in log space (Heinsen, 2023): h_t = lam^t S_t,
+    S_t = sum_{s<=t} u_s / lam^s, the sum a cumulative log-sum-exp of log u_s - s log lam.
+
+    NumPy has no complex logcumsumexp: S's real and imaginary parts are each split into
+    their positive and negative terms, four ``np.logaddexp.accumulate``; complex logs
+    make negative and complex u and lam fine. Applies where no lam is 0; its precision
+    falls as T |log|lam|| grows (the logs hold the whole decay).
+    """
+    cdt = np.result_type(U.dtype, lam.dtype, np.complex64)
+    T = U.shape[-2]
+    a_star = np.arange(1, T + 1, dtype=U.real.dtype)[:, None] * np.log(lam.astype(cdt))  # log lam^t
+    with np.errstate(divide="ignore"):
+        z = np.log(U.astype(cdt)) - a_star                    # (..., T, d_h): log(u_t / lam^t)
+    parts = []
+    for trig in (np.cos, np.sin):                              # Re S, Im S
+        c = trig(z.imag)
+        with np.errstate(divide="ignore"):
+            lc = z.real + np.log(np.abs(c))
+        pos = np.logaddexp.accumulate(np.where(c > 0, lc, -np.inf), axis=-2)
+        neg = np.logaddexp.accumulate(np.where(c < 0, lc, -np.inf), axis=-2)
+        parts.append(np.exp(pos + a_star.real) - np.exp(neg + a_star.real))
+    H = (parts[0] + 1j * parts[1]) * np.exp(1j * a_star.imag)
+    return H if np.iscomplexobj(U) or np.iscomplexobj(lam) else H.real
+
+
+def lru_heinsen_forward(X, lam, B):
+    return heinsen_scan(lam, X @ B.T)
+
+
+def lru_heinsen_backward(X, H, lam, B, dH):
+    """The reverse scan in log space too: G = heinsen_scan(conj(lam), dH reversed), reversed."""
+    G = heinsen_scan(np.conj(lam), dH[..., ::-1, :])[..., ::-1, :]
+    return _lru_grads(X, H, lam, B, G)

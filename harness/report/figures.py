@@ -175,8 +175,10 @@ def figure_schedule(f):
 
 def figure_work(f):
     w, x = f["work"], f["crossover"]
-    g = sns.relplot(data=w, x="T", y="macs", hue="model", kind="line", marker="o",
-                    height=3.6, aspect=1.5)
+    # a marker per model: the LRU's loop and its scan do nearly the same work, so their lines
+    # overlap, and only their markers tell them apart
+    g = sns.relplot(data=w, x="T", y="macs", hue="model", style="model", markers=True,
+                    dashes=False, kind="line", height=3.6, aspect=1.5)
     g.set(xscale="log", yscale="log")
     g.set_axis_labels("T", "multiplications (traced)")
     cross = numbers.timed_crossover(x)
@@ -187,7 +189,9 @@ def figure_work(f):
         if np.isfinite(ratio):
             ax.axvline(ratio * d, color="tab:red", ls=":", lw=1.5,
                        label=f"measured wall-time crossover ({ratio:.1f} d)")
-        ax.legend(loc="upper left", fontsize=8)
+        # the crossovers only: the models are in the figure's own legend already
+        ax.legend(handles=[ln for ln in ax.get_lines() if "crossover" in ln.get_label()],
+                  loc="upper left", fontsize=8)
     return g.figure
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import re
 
 
 @dataclasses.dataclass
@@ -20,9 +21,18 @@ class Section:
     table_html: str = ""        # shown under the caption
 
 
+_POWER = re.compile(r"10\^([+\-−]?)(\d+(?:\.\d+)?)")
+
+
+def powers(escaped):
+    """Escaped text with every 10^x written as HTML writes it, 10<sup>x</sup> (a minus as −)."""
+    return _POWER.sub(lambda m: f"10<sup>{'−' if m.group(1) in '-−' and m.group(1) else m.group(1)}"
+                                f"{m.group(2)}</sup>", escaped)
+
+
 def claims_table_html(table):
     view = table[["claim", "lesson", "verdict", "measured"]]
-    return view.to_html(index=False, escape=True, classes="table claims")
+    return powers(view.to_html(index=False, escape=True, classes="table claims"))
 
 
 def depth_table_html(dt):
@@ -30,7 +40,7 @@ def depth_table_html(dt):
     view = dt[["model", "T", "d", "macs", "flops", "span", "max_path", "parallelism"]].copy()
     return view.to_html(index=False, escape=True, float_format=lambda x: f"{x:,.1f}",
                         formatters={"macs": "{:,}".format, "flops": "{:,}".format},
-                        classes="table")
+                        classes="table depth")
 
 
 # section key -> the table it shows under its caption, from its frames as read back
@@ -44,7 +54,8 @@ h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #dd
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-size:.95em;color:#333;margin-top:.4em}
 table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px;
-text-align:right}.meta td{text-align:left}code{background:#f4f4f4;padding:1px 3px}
+text-align:left}.depth td{text-align:right}.depth td:first-child{text-align:left}
+code{background:#f4f4f4;padding:1px 3px}
 """
 
 
@@ -62,7 +73,7 @@ def render_html(sections, meta, command):
         for stem in s.figures:
             parts.append(f'<figure><img src="{esc(stem)}.png" alt="{esc(s.title)}">'
                          f'</figure>')
-        parts.append(f'<p class="caption" data-section="{esc(s.key)}">{esc(s.caption)}</p>')
+        parts.append(f'<p class="caption" data-section="{esc(s.key)}">{powers(esc(s.caption))}</p>')
         links = " · ".join(f'<a href="{esc(n)}.csv">{esc(n)}.csv</a>' for n in s.frames)
         svgs = " · ".join(f'<a href="{esc(n)}.svg">{esc(n)}.svg</a>' for n in s.figures)
         parts.append(f"<p><small>data: {links}{' · figures: ' + svgs if svgs else ''}"
