@@ -2,16 +2,20 @@
 
 import dataclasses
 import math
+import re
+import time
+from unittest import mock
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from _helpers import _toy_trace
 from harness.kernels import greedy
 from harness import cli, models
 from harness.infra import config
 from harness.analysis import depth, schedule, trace, walltime
-from harness.models import reference
+from harness.models import ATTENTION, RECURRENCE, reference
 from harness.analysis.trace import clog2
 
 
@@ -559,3 +563,188 @@ def test_cli_writes_depth_csv(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Table 1" in printed and "800 tokens on 800 processors" in printed
     assert not list(out.glob(".*.tmp"))         # atomic writes left no temporaries
+
+
+@pytest.mark.parametrize("T,d", [(3, 2), (5, 4), (2, 7)])
+def test_rnn_depth_row_closed_forms(T, d):
+    from harness.analysis import depth
+    from harness.analysis.trace import clog2
+    row = depth.depth_table([T], d, families=(RECURRENCE,)).iloc[0]
+    # X W_xh^T, then per step h W_hh^T, + x_t, tanh
+    assert row.ops == 1 + 3 * T
+    assert row.macs == row.macs_all == 2 * T * d * d and row.flops == 4 * T * d * d
+    assert row.span == row.max_path == 3 * T
+    assert row.scalar_work == 4 * T * d * d     # (2d - 1) d per product, d adds, d tanh
+    assert row.scalar_span == T * (clog2(d) + 3)
+    assert row.parallelism == row.scalar_work / row.scalar_span
+    assert (row.model, row["T"], row.d) == (RECURRENCE, T, d)
+
+
+@pytest.mark.parametrize("T,d", [(3, 2), (6, 4)])
+def test_attention_depth_row_closed_forms(T, d):
+    from harness.analysis import depth
+    from harness.analysis.trace import clog2
+    row = depth.depth_table([T], d, families=(ATTENTION,)).iloc[0]
+    assert row.ops == 11          # Q K V, Q K^T, / sqrt(d_k), max, -, exp, sum, /, A V
+    assert row.macs == 2 * T * T * d and row.macs_all == 2 * T * T * d + 3 * T * d * d
+    assert row.span == 9 and row.max_path == 2
+    work = (3 * T * d * (2 * d - 1) + T * T * (2 * d - 1) + T * T + T * (T - 1) + T * T + T * T
+            + T * (T - 1) + T * T + T * d * (2 * T - 1))
+    assert row.scalar_work == work
+    assert row.scalar_span == 7 + 2 * clog2(d) + 3 * clog2(T)
+
+
+def test_count_table_marks_the_lessons_parts():
+    from harness.analysis import depth
+    c = depth.count_table([3], 2, families=(RECURRENCE, ATTENTION))
+    got = {(r.model, r.part): (r.macs, r.flops, r.closed_form, r.in_lesson_comparison)
+           for r in c.itertuples()}
+    assert got[(RECURRENCE, "input")] == (12, 24, 12, True)
+    assert got[(RECURRENCE, "recurrence")] == (12, 24, 12, True)
+    assert got[(ATTENTION, "projections")] == (36, 72, 36, False)
+    assert got[(ATTENTION, "grid")] == (18, 36, 18, True)
+    assert got[(ATTENTION, "mix")] == (18, 36, 18, True)
+    assert (c["T"] == 3).all() and (c.d == 2).all()
+
+
+def test_traces_are_cached_by_model_T_and_d():
+    from harness.analysis import depth
+    traces = {}
+    a = depth.traced(traces, RECURRENCE, 3, 2)
+    assert depth.traced(traces, RECURRENCE, 3, 2) is a and list(traces) == [(RECURRENCE, 3, 2)]
+    b = depth.traced(traces, RECURRENCE, 3, 3)
+    assert b is not a and b.d == 3
+    assert depth.traced(None, RECURRENCE, 3, 2) is not a
+
+
+def test_trace_memory_check_names_the_form_T_and_d():
+    from harness.analysis import depth
+    from harness import models
+    need = models.get(ATTENTION).tracing.forms[0].trace_memory_bytes(50, 8)
+    depth.check_trace_memory(ATTENTION, 50, 8, available=need)        # exactly enough
+    with pytest.raises(MemoryError, match=r"attention at T=50, d=8 needs about [\d,]+ bytes"):
+        depth.check_trace_memory(ATTENTION, 50, 8, available=need - 1)
+    with pytest.raises(ValueError, match="T=50, d=8"):
+        with mock.patch.object(depth, "available_memory_bytes", lambda: need - 1):
+            depth.trace_model(ATTENTION, 50, 8)
+
+
+def _parts_trace(seconds):
+    """The toy trace plus an empty product under a weight part: parts product 12, mul 4, idle 0."""
+    tr = _toy_trace()
+    g = tr.graph
+    g.weight_parts["E"] = "idle"
+    trace.leaf(g, "E", (0, 2), ("T", "d_model")) @ trace.leaf(g, "W2", (2, 2), ("d_model", "d_k"))
+    Z = trace.leaf(g, "Z", (3, 2), ("T", "d_model"), source_row=0)
+    tr.outputs = (np.exp(np.concatenate([Z[:1]] * 3)),)   # every row one op from position 1
+    tr.seconds = seconds
+    assert tr.macs_by_part() == {"product": 12, "mul": 4, "idle": 0}
+    return tr
+
+
+class _Fam:
+    class tracing:
+        lesson_parts = ("product", "spare")
+
+
+class _Form:
+    def __init__(self, parts):
+        self.parts = parts
+
+    def macs(self, T, d):
+        return dict(self.parts)
+
+
+def _one_toy_form(monkeypatch, closed):
+    monkeypatch.setattr(depth.models, "traced_forms",
+                        lambda families: {"toy": (_Fam(), _Form(closed))})
+
+
+def test_count_table_rows_a_part_missing_on_one_side_as_zero(monkeypatch):
+    _one_toy_form(monkeypatch, {"product": 12, "mul": 4, "spare": 0})
+    traces = {("toy", 3, 2): _parts_trace(0.0)}
+    frame = depth.count_table([3], 2, families=("toy",), traces=traces)
+    assert frame.part.tolist() == ["idle", "mul", "product", "spare"]
+    assert frame.macs.tolist() == [0, 4, 12, 0] and frame.flops.tolist() == [0, 8, 24, 0]
+    assert frame.closed_form.tolist() == [0, 4, 12, 0]
+    assert frame.in_lesson_comparison.tolist() == [False, False, True, True]
+    # a closed form that disagrees stops the table, showing the rows that differ
+    _one_toy_form(monkeypatch, {"product": 13, "mul": 4})
+    with pytest.raises(AssertionError, match=r"(?s)traced counts differ from the closed "
+                                             r"forms:\n.*product.*12.*13"):
+        depth.count_table([3], 2, families=("toy",), traces=traces)
+
+
+def test_depth_table_counts_lesson_parts_it_did_not_trace_as_zero(monkeypatch):
+    _one_toy_form(monkeypatch, {})
+    tr = _parts_trace(0.125)
+    frame = depth.depth_table([3], 2, families=("toy",), traces={("toy", 3, 2): tr})
+    row = frame.iloc[0]
+    assert (row.macs, row.flops, row.macs_all) == (12, 24, 16)      # product 12 + spare 0
+    assert (row.ops, row.max_path, row.scalar_work, row.scalar_span) == (7, 1, 29 + 6, 1)
+    assert row.trace_seconds == tr.seconds == 0.125                 # the trace's own figure
+    assert list(frame.columns)[-1] == "trace_seconds"
+
+
+def test_a_trace_records_the_seconds_it_took_within_the_call():
+    t0 = time.perf_counter()
+    tr = depth.trace_model("rnn", 6, 3)
+    outer = time.perf_counter() - t0
+    assert isinstance(tr.seconds, float)
+    assert 0 < tr.seconds <= outer
+
+
+@pytest.mark.parametrize("args, widths, name", [
+    ((0, 4), {}, "T"), ((4, 0), {}, "d"), ((4, 4), {"d_h": 0}, "d_h"),
+    ((2.5, 4), {}, "T"), ((4, "4"), {}, "d")])
+def test_a_refused_size_names_its_argument(args, widths, name):
+    with pytest.raises((TypeError, ValueError), match=rf"^{name} must be an integer >= 1"):
+        depth.trace_model("rnn", *args, **widths)
+
+
+def test_the_widths_count_in_the_memory_check():
+    T, d, d_h = 4, 2, 400_000                  # small T and d, a width that cannot fit
+    need = models.form("rnn")[1].trace_memory_bytes(T, d, d_h=d_h)
+    assert need > depth.available_memory_bytes()
+    assert models.form("rnn")[1].trace_memory_bytes(T, d) < 2**20
+    with pytest.raises(ValueError, match="tracing the rnn at T=4, d=2 needs about"):
+        depth.trace_model("rnn", T, d, d_h=d_h)
+    with pytest.raises(MemoryError):
+        depth.check_trace_memory("rnn", T, d, available=2**30, d_h=d_h)
+    depth.check_trace_memory("rnn", T, d, available=2**30)          # fits without the width
+
+
+def test_a_memory_refusal_states_bytes_and_gib_that_agree():
+    T, d = 3000, 64
+    need = models.form("attention")[1].trace_memory_bytes(T, d)
+    avail = need // 3
+    with pytest.raises(MemoryError) as e:
+        depth.check_trace_memory("attention", T, d, available=avail)
+    m = re.fullmatch(r"tracing the attention at T=3000, d=64 needs about ([\d,]+) bytes "
+                     r"\(([\d.]+) GiB\) but only ([\d.]+) GiB are available; use a smaller T or d",
+                     str(e.value))
+    assert m, str(e.value)
+    stated = int(m[1].replace(",", ""))
+    assert stated == need
+    assert float(m[2]) == pytest.approx(stated / 1024**3, abs=0.005)
+    assert float(m[3]) == pytest.approx(avail / 1024**3, abs=0.005)
+    assert float(m[3]) < float(m[2])
+
+
+@pytest.mark.parametrize("T, d, widths", [
+    (4096, 16, {}),             # the loop's trace is the larger
+    (64, 4, {"d_h": 4096})])    # a wide state: the scan's is
+def test_a_family_name_checks_each_of_its_traced_forms_and_a_form_only_itself(T, d, widths):
+    needs = {name: form.trace_memory_bytes(T, d, **widths)
+             for name, (_, form) in models.traced_forms(("lru",)).items()}
+    assert set(needs) == {"lru", "lru-scan"}
+    big = max(needs, key=needs.get)
+    between = (needs["lru"] + needs["lru-scan"]) // 2
+    if big == "lru-scan":
+        with pytest.raises(MemoryError, match="tracing the lru-scan at"):
+            depth.check_trace_memory("lru-scan", T, d, available=between, **widths)
+    else:
+        depth.check_trace_memory("lru-scan", T, d, available=between, **widths)  # fits alone
+    with pytest.raises(MemoryError, match=f"tracing the {big} at"):
+        depth.check_trace_memory("lru", T, d, available=between, **widths)   # both forms
+    depth.check_trace_memory("lru", T, d, available=needs[big], **widths)    # exactly enough

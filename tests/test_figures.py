@@ -563,7 +563,9 @@ def test_line_figures_mark_every_sample(name):
     fn, frames = _every_figure()[name]
     fig = fn(frames)
     data = [ln for ax in fig.axes for ln in ax.lines if len(ln.get_xdata()) >= 3]
-    assert data and all(ln.get_marker() == "o" for ln in data), name
+    assert data and all(ln.get_marker() not in (None, "None", "", " ") for ln in data), name
+    if name == "work":          # a marker per model: overlapping lines stay told apart
+        assert len({str(ln.get_marker()) for ln in data}) == len(data), name
 
 
 def test_history_panels_wrap_after_four_with_rotated_commit_labels():
@@ -692,3 +694,119 @@ def test_gated_figure_draws_both_routes_of_each_family_beside_the_rnn():
                 if len(line.get_ydata()) == 20)
     # gate bias 0: full -6, additive -12; gate bias 3: full -0.2, additive -0.4
     assert ys == [-12.0, -6.0, -0.4, -0.2]
+
+
+def _decay(tanh_far):
+    """RNN at ρ = 0.9, k = 1..3, both activations; attention at k = 1..3.
+    The tanh RNN's value at k = 3 is ``tanh_far``; everything else within ±3 decades."""
+    rows = []
+    for act in ("identity", "tanh"):
+        for k in (1, 2, 3):
+            n = -1.0 * k if act == "identity" else -2.0 * k
+            if act == "tanh" and k == 3:
+                n = tanh_far
+            rows.append({"model": RECURRENCE, "weight": "orthogonal", "input_scale": 1.0,
+                         "activation": act, "rho": 0.9, "distance": k, "log10_norm": n,
+                         "log10_bound": -0.5 * k})
+    for k in (1, 2, 3):
+        rows.append({"model": ATTENTION, "weight": "gaussian", "input_scale": 1.0,
+                     "activation": "softmax", "rho": float("nan"), "distance": k,
+                     "log10_norm": -0.25 * k, "log10_bound": float("nan")})
+    return pd.DataFrame(rows)
+
+
+def _panel(fig, act):
+    (ax,) = [ax for ax in fig.axes if ax.get_title() == f"activation = {act}"]
+    return ax
+
+
+def _edges(ax):
+    """The horizontal lines (the window's edges) on ``ax``."""
+    return [ln for ln in ax.lines if len(ln.get_ydata()) == 2
+            and ln.get_ydata()[0] == ln.get_ydata()[1] and list(ln.get_xdata()) == [0, 1]]
+
+
+def _data_y(ax):
+    return [float(y) for ln in ax.lines if ln not in _edges(ax) for y in ln.get_ydata()]
+
+
+def test_decay_figure_legend_has_one_measured_and_one_theory_style_and_its_title():
+    fig = figures.figure_decay({"decay": _decay(-6.0)})
+    assert [t.get_text() for t in fig.legends[0].texts] == [
+        "series", "RNN ρ=0.9", ATTENTION, "curve", "measured", "theory / bound"]
+    assert fig._suptitle.get_text() == "RNN: ‖∂h_T/∂h_(T−k)‖;  attention: ‖∂y_T/∂x_(T−k)‖"
+    plt.close(fig)
+
+
+def test_decay_figure_draws_a_value_exactly_on_the_window_as_it_is_on_a_shared_axis():
+    # -60 decades is inside the window (|v| > 60 is beyond): no edges, no note, nothing moved;
+    # the panels share one y axis, so the identity panel reaches down to -60 too
+    fig = figures.figure_decay({"decay": _decay(-60.0)})
+    ident, tanh = _panel(fig, "identity"), _panel(fig, "tanh")
+    for ax in (ident, tanh):
+        assert _edges(ax) == [] and len(ax.texts) == 0
+    assert min(_data_y(tanh)) == -60.0
+    assert ident.get_ylim() == tanh.get_ylim() and ident.get_ylim()[0] <= -60.0
+    plt.close(fig)
+
+
+def test_decay_figure_draws_values_beyond_the_window_on_its_dotted_edges_with_a_note():
+    # +75 decades (an exploding tanh value) is drawn on the +60 edge, not above it
+    fig = figures.figure_decay({"decay": _decay(75.0)})
+    fig.canvas.draw()
+    for act in ("identity", "tanh"):
+        ax = _panel(fig, act)
+        edges = _edges(ax)
+        assert sorted(ln.get_ydata()[0] for ln in edges) == [-60.0, 60.0]
+        assert {ln.get_linestyle() for ln in edges} == {":"}     # "the dotted line"
+        (note,) = ax.texts
+        assert note.get_text() == ("values beyond ±60 decades drawn on the dotted line "
+                                   "(1 points)")
+        # the note lies inside its panel (outside, the panel's clip would hide it)
+        box, frame = note.get_window_extent(), ax.get_window_extent()
+        assert (frame.x0 <= box.x0 and box.x1 <= frame.x1
+                and frame.y0 <= box.y0 and box.y1 <= frame.y1), (box, frame)
+        assert max(_data_y(ax)) <= 60.0
+    assert 60.0 in _data_y(_panel(fig, "tanh"))
+    plt.close(fig)
+
+
+def test_clipping_figure_legend_says_before_and_after_clipping():
+    c = pd.DataFrame({"rho": [0.5, 1.5], "log10_far_over_near_before": [-4.0, 3.0],
+                      "log10_far_over_near_after": [-4.0, 3.0]})
+    fig = figures.figure_clipping({"clipping": c})
+    assert [t.get_text() for t in fig.legends[0].texts] == ["before clipping", "after clipping"]
+    plt.close(fig)
+
+
+def test_attention_path_figure_colours_input_scale_on_viridis():
+    # two input scales: the smaller at viridis' dark end, the larger at its yellow end
+    lv = pd.DataFrame([{"T": T, "input_scale": s, "log10_level": -s, "log10_min": -s - 1,
+                        "log10_max": -s + 1} for s in (1.0, 4.0) for T in (10, 100, 1000)])
+    fig = figures.figure_attention_path({"attention_level": lv})
+    viridis = matplotlib.colormaps["viridis"]
+    drawn = {float(ln.get_ydata()[0]): mcolors.to_rgba(ln.get_color())
+             for ln in fig.axes[0].lines if len(ln.get_xdata()) == 3}
+    assert np.allclose(drawn[-1.0], viridis(0.0)) and np.allclose(drawn[-4.0], viridis(1.0))
+    # each min-max band in its own line's colour (from its vertices: the band of scale s
+    # spans -s - 1 to -s + 1)
+    bands = {round(float(np.min(b.get_paths()[0].vertices[:, 1]))): mcolors.to_rgb(b.get_facecolor()[0])
+             for b in fig.axes[0].collections if len(b.get_paths())}
+    assert np.allclose(bands[-2], mcolors.to_rgb(drawn[-1.0]))
+    assert np.allclose(bands[-5], mcolors.to_rgb(drawn[-4.0]))
+    plt.close(fig)
+
+
+def test_encode_keeps_what_lies_outside_the_figure():
+    # the decay figure's title sits above the figure (y = 1.02): the files must hold it
+    import io
+    fig = plt.figure(figsize=(2, 1))
+    fig.text(0.5, 1.5, "above")                    # 0.5 in above the top edge
+    fig.text(0.5, -1.5, "below")                   # 1.5 in below the bottom edge
+    files = figures.encode(fig)
+    from PIL import Image
+    with Image.open(io.BytesIO(files["png"])) as im:
+        assert im.size[1] > 2 * 110                # taller than the 1-inch figure: both texts
+    svg = files["svg"].decode("utf-8")
+    height = float(re.search(r'<svg[^>]*height="([\d.]+)pt"', svg).group(1))
+    assert height > 2 * 72

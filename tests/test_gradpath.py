@@ -7,19 +7,24 @@ formulas), and with central finite differences in float64.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from unittest import mock
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from harness.infra import stats
+from _helpers import LN10, _config
+from harness.infra import config, stats
 from harness.kernels import attention, rnn
 from harness import cli, models
 from harness.analysis import clipping, gradpath, lessons
-from harness.models import reference
+from harness.models import ATTENTION, RECURRENCE, reference
 from harness.models import attention as matt
 from harness.models import rnn as mrnn
+from harness.models import attention as att_family
+from harness.models import rnn as rnn_family
 
 
 # --------------------------------------------------------------------------- naive twins
@@ -700,3 +705,157 @@ def test_attention_routes_are_logs_never_minus_infinity():
     np.testing.assert_allclose(zero.log10_norm, zero.log10_value, rtol=1e-12)
     with pytest.raises(ValueError, match=r"scores q_T \. k_j overflow float64 .* input_scale=1e\+160"):
         matt.attention_paths(T=40, d=4, input_scale=1e160, seed=3)
+
+
+def test_summarise_reads_each_configuration_sorted_by_distance():
+    from harness.analysis import gradpath
+    rows = []
+    for rho, M in ((0.5, 1.0), (0.9, 2.0)):
+        for k in (3, 1, 4, 2):                                   # stored out of order
+            rows.append(dict(model=RECURRENCE, weight="orthogonal", activation="identity",
+                             rho=rho, input_scale=1.0, T=5, d=2, seed=0, gate_bias=np.nan,
+                             sigma_max=rho * (5 - k),
+                             distance=k, log10_norm=-M * k, log10_probe=-M * k,
+                             log10_linear=k * math.log10(rho), log10_bound=k * math.log10(rho)))
+    s = gradpath.summarise(pd.DataFrame(rows), fit_from=0.0)
+    assert list(s.columns) == gradpath.SUMMARY and len(s) == 2
+    for r, (rho, M) in zip(s.itertuples(), ((0.5, 1.0), (0.9, 2.0))):
+        assert r.rho == rho
+        assert r.sigma_max == rho * 4                            # the k = 1 row's
+        assert r.log10_near == -M and r.log10_far == -4 * M
+        assert r.ln_rate == pytest.approx(-M * LN10)
+        assert r.ln_rate_theory == pytest.approx(math.log(rho))
+
+
+def test_sweep_jobs_and_stage_memory():
+    from harness.analysis import gradpath
+    cfg = dataclasses.replace(config.DECAY, rhos=(0.5, 2.0), activations=("tanh",),
+                              weights=("gaussian",), input_scales=(1.0, 3.0), Ts=(5, 7), ds=(2,),
+                              models=(RECURRENCE, ATTENTION), measure="probe")
+    jobs = gradpath.sweep_configurations(cfg)
+    rnn = [(j["T"], j["input_scale"], j["rho"]) for j in jobs if j["model"] == RECURRENCE]
+    assert rnn == [(5, 1.0, 0.5), (5, 1.0, 2.0), (5, 3.0, 0.5), (5, 3.0, 2.0),
+                   (7, 1.0, 0.5), (7, 1.0, 2.0), (7, 3.0, 0.5), (7, 3.0, 2.0)]
+    assert [j["model"] for j in jobs[:6]] == [RECURRENCE] * 4 + [ATTENTION] * 2
+    stages = gradpath.stage_memory_bytes(7, 2, cfg)
+    assert set(stages) >= {"RNN trajectory", "attention path Jacobians"}
+    need = max(stages.values())
+    with mock.patch.object(gradpath, "stage_memory_bytes", lambda T, d, c: {"big stage": need}):
+        gradpath.check_config_memory(cfg, available=need)
+        with pytest.raises(MemoryError, match=r"T=5, d=2: stage 'big stage' needs [\d,]+ bytes"):
+            gradpath.check_config_memory(cfg, available=need - 1)
+    frame, summary = gradpath.decay_sweep(cfg)
+    assert len(summary) == 12 and len(frame) == 4 * 4 + 4 * 6 + 2 * 4 + 2 * 6
+    calls = []
+    gradpath.decay_sweep(dataclasses.replace(cfg, Ts=(5,)), progress=lambda i, n, j: calls.append((i, n)))
+    assert calls == [(i, 6) for i in range(6)]
+
+
+@pytest.mark.parametrize("fit_from,ok", [(0.0, True), (0.99, True), (1.0, False), (-0.01, False)])
+def test_fit_from_must_lie_in_zero_one(fit_from, ok):
+    from harness.analysis import gradpath
+    cfg = dataclasses.replace(config.DECAY, Ts=(5,), ds=(2,), fit_from=fit_from)
+    if ok:
+        gradpath.validate_config(cfg)
+    else:
+        with pytest.raises(ValueError, match="fit_from"):
+            gradpath.validate_config(cfg)
+
+
+def test_path_levels_summarise_each_length_and_input_scale():
+    from harness.analysis import gradpath
+    from harness.models.attention import attention_paths
+    from harness.models.rnn import rnn_decay
+    cfg = dataclasses.replace(config.DECAY, seed=3, rhos=(0.7, 0.9), weights=("gaussian",),
+                              activations=("tanh",), measure="probe")
+    lv = gradpath.path_levels(ATTENTION, (4, 6), (1.0, 3.0), 2, cfg)
+    assert list(zip(lv["T"], lv.input_scale)) == [(4, 1.0), (4, 3.0), (6, 1.0), (6, 3.0)]
+    assert (lv.model == ATTENTION).all() and (lv.d == 2).all()
+    for r in lv.itertuples():
+        p = attention_paths(T=r.T, d=2, input_scale=r.input_scale, seed=3)
+        assert r.log10_level == pytest.approx(p.log10_norm.mean(), abs=1e-12)
+        assert r.log10_min == pytest.approx(p.log10_norm.min(), abs=1e-12)
+        assert r.log10_max == pytest.approx(p.log10_norm.max(), abs=1e-12)
+        assert r.log10_value == pytest.approx(p.log10_value.mean(), abs=1e-12)
+        assert r.log10_score == pytest.approx(p.log10_score.mean(), abs=1e-12)
+    lv = gradpath.path_levels(RECURRENCE, (5,), (2.0,), 3, cfg)
+    p = rnn_decay(T=5, d=3, rho=0.7, weight="gaussian", activation="tanh", input_scale=2.0,
+                  seed=3, measure="probe")
+    r = lv.iloc[0]
+    assert r.log10_level == pytest.approx(p.log10_norm.mean(), abs=1e-12)
+    assert (r.log10_min, r.log10_max) == pytest.approx((p.log10_norm.min(), p.log10_norm.max()))
+    assert math.isnan(r.log10_value) and math.isnan(r.log10_score)
+    with pytest.raises(ValueError, match="model"):
+        gradpath.path_levels("gpt", (4,), (1.0,), 2, cfg)
+
+
+def test_sweep_frame_is_numbered_afresh_and_summarised_from_its_fit_window():
+    from harness.analysis import gradpath
+    cfg = dataclasses.replace(config.DECAY, Ts=(12,), ds=(3,), models=("rnn",), rhos=(0.5, 0.9),
+                              weights=("gaussian",), activations=("tanh",), input_scales=(1.0,),
+                              measure="probe", fit_from=0.75)
+    frame, summary = gradpath.decay_sweep(cfg)
+    assert list(frame.index) == list(range(len(frame)))
+    pd.testing.assert_frame_equal(summary, gradpath.summarise(frame, 0.75))
+    assert not summary.ln_rate.equals(gradpath.summarise(frame, 0.0).ln_rate)
+
+
+def test_config_memory_names_the_largest_stage_in_GiB():
+    from harness.analysis import gradpath
+    cfg = dataclasses.replace(config.DECAY, Ts=(100,), ds=(64,), models=("rnn", "attention"),
+                              measure="both", exact_max_d=128)
+    stages = gradpath.stage_memory_bytes(100, 64, cfg)
+    stage, need = max(stages.items(), key=lambda kv: kv[1])
+    assert stage != max(stages)                                 # not simply the last name
+    with pytest.raises(MemoryError) as e:
+        gradpath.check_config_memory(cfg, available=2**30 // 1024)
+    assert str(e.value) == (f"T=100, d=64: stage {stage!r} needs {need:,} bytes "
+                            f"({need / 2**30:.2f} GiB) but only 0.00 GiB are available; "
+                            f"use a smaller T or d")
+    long = dataclasses.replace(cfg, Ts=(300000,))
+    need = max(gradpath.stage_memory_bytes(300000, 64, long).values())
+    with pytest.raises(MemoryError) as e:
+        gradpath.check_config_memory(long, available=2**29)
+    assert f"({need / 2**30:.2f} GiB) but only 0.50 GiB are available" in str(e.value)
+    with pytest.raises(ValueError, match="models"):
+        gradpath.validate_config(dataclasses.replace(cfg, models=("nope",)))
+    with pytest.raises(ValueError, match="model must be one of"):
+        gradpath.path_levels("nope", (8,), (1.0,), 4)
+
+
+def test_summary_keeps_the_sweeps_order_and_fits_log_rho():
+    # rhos listed 1.5 then 0.5: the summary lists them so, not sorted; identity on orthogonal
+    # W_hh decays (grows) exactly as rho^k
+    frame, summary = gradpath.run_sweep(_config(rhos=(1.5, 0.5)))
+    assert summary["rho"].tolist() == [1.5, 0.5]
+    assert summary["ln_rate"].tolist() == pytest.approx([math.log(1.5), math.log(0.5)], abs=1e-9)
+    again = gradpath.summarise(frame.iloc[::-1], 0.5)          # order of first appearance
+    assert again["rho"].tolist() == [0.5, 1.5]
+
+
+@pytest.mark.parametrize("call", [
+    lambda cfg: gradpath.sweep_configurations(cfg),
+    lambda cfg: gradpath.stage_memory_bytes(6, 3, cfg),
+])
+def test_an_unknown_family_in_the_config_is_named_as_the_models_field(call):
+    with pytest.raises(ValueError, match=r"^models must be one of .*'nope'"):
+        call(_config(models=("rnn", "nope")))
+
+
+@pytest.mark.parametrize("model", ["rnn", "attention"])
+def test_path_levels_run_on_a_config_with_one_job_per_T_and_d(model):
+    cfg = _config(rhos=(0.5,))
+    lv = gradpath.path_levels(model, Ts=(6,), input_scales=(1.0,), d=3, config=cfg)
+    assert len(lv) == 1
+    path = {"rnn": lambda: rnn_family.rnn_decay(T=6, d=3, rho=0.5, activation="identity"),
+            "attention": lambda: att_family.attention_paths(T=6, d=3)}[model]()
+    assert lv["log10_level"].iloc[0] == pytest.approx(path["log10_norm"].mean(), abs=1e-12)
+    assert lv["log10_max"].iloc[0] == pytest.approx(path["log10_norm"].max(), abs=1e-12)
+
+
+def test_a_config_wrong_in_its_models_and_its_fit_from_names_the_models():
+    # validate_config checks the sequences, models among them, before the scalar fields:
+    # the refusal names the first faulty field, with the field's own name
+    cfg = _config(models=("nope",), fit_from=1.5)
+    with pytest.raises(ValueError, match=r"^models must be one of .*'nope'"):
+        gradpath.validate_config(cfg)

@@ -1,15 +1,24 @@
-"""Command output: atomic files, and no empty directory left by a failed run."""
+"""Command output (harness.infra.files): atomic files, sets of files replaced together, and
+no empty directory left by a failed run; each failure at each step, and the names refused."""
 
+import errno
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
+from unittest import mock
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from _helpers import _listing, _with_umask
 from harness.kernels import rnn
+from harness.infra import files as _io, signals as _interrupt
 from harness.infra.files import atomic_write_text, output_dir
 
 
@@ -102,3 +111,297 @@ def test_analyser_errors_are_one_line_unless_debugging(monkeypatch, capsys):
     monkeypatch.setenv("HARNESS_DEBUG", "1")
     with pytest.raises(ValueError, match="rho must be"):
         cli.main(["decay"])
+
+
+class _HalfWriter:
+    """A file whose write puts half the bytes down, then fails as a full disk would."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data):
+        self.f.write(data[: len(data) // 2])
+        self.f.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_atomic_write_failing_halfway_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "decay.csv"
+    _io.atomic_write_text(target, "old,contents\n1,2\n")
+    real_fdopen = os.fdopen
+    with mock.patch.object(_io.os, "fdopen", lambda fd, mode: _HalfWriter(real_fdopen(fd, mode))):
+        with pytest.raises(OSError, match="No space"):
+            _io.atomic_write_text(target, "new,contents\n" * 1000)
+    assert target.read_text() == "old,contents\n1,2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decay.csv"]
+
+
+@pytest.mark.parametrize("step", ["fsync", "chmod", "replace"])
+def test_atomic_write_failing_at_each_later_step_keeps_the_old_file(tmp_path, step):
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+
+    def fail(*a, **k):
+        raise OSError(errno.EIO, f"{step} failed")
+    with mock.patch.object(_io.os, step, fail):
+        with pytest.raises(OSError, match=f"{step} failed"):
+            _io.atomic_write_text(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_atomic_write_interrupted_leaves_no_temporary(tmp_path):
+    target = tmp_path / "f.txt"
+
+    def interrupt(*a):
+        raise KeyboardInterrupt
+    with mock.patch.object(_io.os, "fsync", interrupt):
+        with pytest.raises(KeyboardInterrupt):
+            _io.atomic_write_bytes(target, b"x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_makes_a_readable_file_with_the_exact_bytes(tmp_path):
+    path = _with_umask(0o027, _io.atomic_write_bytes, tmp_path / "b.bin", b"\x00\x01data\xff")
+    assert path == tmp_path / "b.bin"
+    assert path.read_bytes() == b"\x00\x01data\xff"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640           # 0o666 less the umask
+    open_to_all = _with_umask(0, _io.atomic_write_bytes, tmp_path / "c.bin", b"c")
+    assert stat.S_IMODE(open_to_all.stat().st_mode) == 0o666
+    _io.atomic_write_text(tmp_path / "t.txt", "ρ = 0.9")
+    assert (tmp_path / "t.txt").read_bytes() == "ρ = 0.9".encode("utf-8")
+
+
+def test_umask_is_read_without_changing_it():
+    old = os.umask(0o037)
+    try:
+        assert _io.umask() == 0o037
+        assert _io.umask() == 0o037
+    finally:
+        os.umask(old)
+
+
+def test_atomic_write_uses_a_hidden_temporary_beside_the_destination(tmp_path):
+    seen = []
+    real = os.replace
+
+    def spy(src, dst):
+        seen.append((src, dst))
+        return real(src, dst)
+    with mock.patch.object(_io.os, "replace", spy):
+        _io.atomic_write_text(tmp_path / "depth.csv", "x")
+    (src, dst), = seen
+    src = os.fspath(src)
+    assert os.path.dirname(src) == str(tmp_path) and os.fspath(dst) == str(tmp_path / "depth.csv")
+    assert os.path.basename(src).startswith(".depth.csv.") and src.endswith(".tmp")
+
+
+def _folder_with(tmp_path, **files):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_output_set_replaces_the_old_files_together_and_leaves_no_stage(tmp_path):
+    folder = _folder_with(tmp_path, **{"a.csv": "old a", "b.csv": "old b", "keep.txt": "k"})
+
+    def run():
+        with _io.output_set(folder) as files:
+            assert files.stage.parent == folder
+            assert files.stage.name.startswith(f"{_io.STAGING_PREFIX}{os.getpid()}-")
+            files.write_text("a.csv", "new a")
+            files.write_csv("b.csv", pd.DataFrame({"x": [1, 2], "y": ["p", "q"]}))
+            files.write_bytes("c.bin", b"\x00c")
+            assert [n for n in _listing(folder) if not n.startswith(_io.STAGING_PREFIX)] == \
+                ["a.csv", "b.csv", "keep.txt"]                                  # nothing moved yet
+    _with_umask(0, run)
+    assert _listing(folder) == ["a.csv", "b.csv", "c.bin", "keep.txt"]
+    assert (folder / "a.csv").read_text() == "new a"
+    assert (folder / "b.csv").read_text() == "x,y\n1,p\n2,q\n"
+    assert (folder / "c.bin").read_bytes() == b"\x00c" and (folder / "keep.txt").read_text() == "k"
+    for name in ("a.csv", "b.csv", "c.bin"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o666
+    files = _io.OutputSet(folder)
+    _with_umask(0o077, files.write_text, "d.txt", "d")
+    assert stat.S_IMODE((files.stage / "d.txt").stat().st_mode) == 0o600
+    files.discard()
+    assert _listing(folder) == ["a.csv", "b.csv", "c.bin", "keep.txt"]
+
+
+def test_output_set_failing_halfway_puts_the_old_set_back(tmp_path):
+    folder = _folder_with(tmp_path, **{"a.csv": "old a", "b.csv": "old b"})
+    real = os.replace
+
+    def fail_on_b(src, dst):
+        if os.fspath(dst) == str(folder / "b.csv") and _io.STAGING_PREFIX in os.fspath(src) \
+                and ".old" not in os.fspath(src):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(src, dst)
+    with mock.patch.object(_io.os, "replace", fail_on_b):
+        with pytest.raises(OSError, match="No space"):
+            with _io.output_set(folder) as files:
+                files.write_text("a.csv", "new a")
+                files.write_text("b.csv", "new b")
+                files.write_text("c.csv", "new c")
+    assert _listing(folder) == ["a.csv", "b.csv"]
+    assert (folder / "a.csv").read_text() == "old a" and (folder / "b.csv").read_text() == "old b"
+
+
+def test_output_set_failing_on_a_new_name_removes_what_it_moved(tmp_path):
+    folder = _folder_with(tmp_path, **{"a.csv": "old a"})
+    real = os.replace
+
+    def fail_on_c(src, dst):
+        if os.fspath(dst) == str(folder / "c.csv"):
+            raise OSError(errno.EIO, "I/O error")
+        return real(src, dst)
+    with mock.patch.object(_io.os, "replace", fail_on_c):
+        with pytest.raises(OSError, match="I/O"):
+            with _io.output_set(folder) as files:
+                files.write_text("a.csv", "new a")
+                files.write_text("b.csv", "new b")
+                files.write_text("c.csv", "new c")
+    assert _listing(folder) == ["a.csv"] and (folder / "a.csv").read_text() == "old a"
+
+
+def test_output_set_interrupted_before_commit_changes_nothing(tmp_path):
+    folder = _folder_with(tmp_path, **{"a.csv": "old a"})
+    with pytest.raises(KeyboardInterrupt):
+        with _io.output_set(folder) as files:
+            files.write_text("a.csv", "new a")
+            raise KeyboardInterrupt
+    assert _listing(folder) == ["a.csv"] and (folder / "a.csv").read_text() == "old a"
+
+
+def test_output_set_removes_the_stages_of_dead_runs_only(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(proc.stdout)
+    for name in (f"{_io.STAGING_PREFIX}{dead}-x1", f"{_io.STAGING_PREFIX}{os.getpid()}-x2",
+                 f"{_io.STAGING_PREFIX}{dead}", "other-123-x"):
+        (tmp_path / name).mkdir()
+    with _io.output_set(tmp_path) as files:
+        files.write_text("a.csv", "a")
+    assert _listing(tmp_path) == sorted([f"{_io.STAGING_PREFIX}{os.getpid()}-x2",
+                                         f"{_io.STAGING_PREFIX}{dead}", "a.csv", "other-123-x"])
+
+
+def test_ensure_writable_dir_names_the_argument_and_the_path(tmp_path, monkeypatch):
+    deep = tmp_path / "a" / "b" / "c"
+    assert _io.ensure_writable_dir(deep) == deep and deep.is_dir()      # parents made too
+    assert _io.ensure_writable_dir(deep, "--x") == deep                 # and an existing one kept
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(_io.UsageError) as e:
+        _io.ensure_writable_dir(blocker / "sub", "--x")
+    assert str(e.value) == f"--x: cannot create directory {str(blocker / 'sub')!r}: Not a directory"
+    with pytest.raises(_io.UsageError, match=r"^--out: cannot create directory"):
+        _io.ensure_writable_dir(blocker / "sub")
+    with pytest.raises(_io.UsageError, match=r"^--x: the name .* holds bytes that are not UTF-8"):
+        _io.ensure_writable_dir(str(tmp_path / "bad\udcff"), "--x")
+    (deep / "x.csv").mkdir()
+    with pytest.raises(_io.UsageError) as e:
+        _io.ensure_writable_dir(deep, "--x", files=("y.csv", "x.csv"))
+    assert str(e.value) == (f"--x: {str(deep / 'x.csv')!r} is a directory, where the file x.csv "
+                            f"goes; move it away")
+    modes = []
+
+    def refuse(path, mode):
+        modes.append(mode)
+        return False
+    monkeypatch.setattr(_io.os, "access", refuse)
+    with pytest.raises(_io.UsageError) as e:
+        _io.ensure_writable_dir(deep, "--x")
+    assert str(e.value) == f"--x: directory {str(deep)!r} is not writable"
+    assert modes == [os.W_OK | os.X_OK]
+
+
+def test_output_set_writes_utf8_csv_without_the_index(tmp_path):
+    frame = pd.DataFrame({"é": [1, 2]}, index=[7, 8])
+    with _io.output_set(tmp_path) as files:
+        files.write_csv("f.csv", frame)
+        files.write_text("t.txt", "ρ")
+    assert (tmp_path / "f.csv").read_bytes() == "é\n1\n2\n".encode("utf-8")
+    assert (tmp_path / "t.txt").read_bytes() == "ρ".encode("utf-8")
+    _io.atomic_write_text(tmp_path / "h.txt", "ρ")
+    assert (tmp_path / "h.txt").read_bytes() == "ρ".encode("utf-8")
+
+
+def test_check_name_refuses_every_undecodable_byte_and_names_the_option():
+    for raw in (b"\x80", b"out\xff", b"caf\xe9"):           # surrogateescape: \udc80..\udcff
+        name = raw.decode("utf-8", "surrogateescape")
+        with pytest.raises(_io.UsageError, match=r"^--out: the name .* not UTF-8"):
+            _io.check_name(name)
+        with pytest.raises(_io.UsageError, match=r"^--figures: "):
+            _io.check_name(name, "--figures")
+    assert _io.check_name("café/\u00e9") == "café/\u00e9"
+
+
+def test_a_stale_staging_folder_removed_by_another_run_is_no_error(tmp_path, monkeypatch):
+    stale = tmp_path / f"{_io.STAGING_PREFIX}999999-abc"
+    stale.mkdir()
+    (stale / "depth.csv").write_text("x")
+
+    def other_run_got_there_first(pid):
+        shutil.rmtree(stale)
+        return False                                         # its owner is dead
+    monkeypatch.setattr(_interrupt, "pid_alive", other_run_got_there_first)
+    files = _io.OutputSet(tmp_path)
+    assert not stale.exists()
+    files.discard()
+    files.discard()                                          # twice: still no error
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_name_shows_the_name_it_refuses():
+    name = b"out\xff".decode("utf-8", "surrogateescape")
+    with pytest.raises(_io.UsageError) as err:
+        _io.check_name(name, "--figures")
+    assert str(err.value) == ("--figures: the name 'out\\udcff' holds bytes that are not UTF-8; "
+                              "please use a UTF-8 name")
+
+
+def test_a_file_in_the_way_of_the_output_folder_is_named(tmp_path, monkeypatch):
+    """mkdir refuses a file by itself; this check catches one put there after mkdir (a race)."""
+    f = tmp_path / "report"
+    f.write_text("not a folder")
+    monkeypatch.setattr(_io.Path, "mkdir", lambda self, **kw: None)
+    with pytest.raises(_io.UsageError) as err:
+        _io.ensure_writable_dir(f, "--out")
+    assert str(err.value) == f"--out: {str(f)!r} exists and is not a directory"
+
+
+def test_a_failed_commit_puts_back_the_old_files_it_can(tmp_path, monkeypatch):
+    """The move of b fails, and putting old a back fails too: old b still comes back, and
+    the error the caller sees is the one that stopped the commit, not the second one."""
+    for name in ("a.csv", "b.csv"):
+        (tmp_path / name).write_text(f"old {name}")
+    files = _io.OutputSet(tmp_path)
+    files.write_text("a.csv", "new a.csv")
+    files.write_text("b.csv", "new b.csv")
+    real = _io.os.replace
+
+    def flaky(src, dst):
+        src, dst = Path(src), Path(dst)
+        if src.parent == files.stage and src.name == "b.csv":
+            raise OSError("disk full")
+        if src.parent.name == ".old" and src.name == "a.csv":
+            raise OSError("cannot put a.csv back")
+        return real(src, dst)
+    monkeypatch.setattr(_io.os, "replace", flaky)
+    with pytest.raises(OSError, match="disk full"):
+        files.commit()
+    monkeypatch.undo()
+    files.discard()
+    assert (tmp_path / "b.csv").read_text() == "old b.csv"

@@ -4,11 +4,13 @@ the output dtype is the input dtype.
 
 One registry, CALLS, builds valid arguments for each public function; every
 bad-input case of issue 2's table is a parametrised test of its own, per
-function and per argument.
+function and per argument. The analysers' errors name their argument too
+(``_bad_calls``, at the end), and their smallest accepted values pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tracemalloc
 import warnings
@@ -17,9 +19,11 @@ import numba.core.errors
 import numpy as np
 import pytest
 
-from harness.infra import validate
+from _helpers import _rnn_inputs
+from harness.infra import config, validate
 from harness.kernels import attention as at
 from harness.kernels import rnn
+from harness.models import RECURRENCE
 
 T, D_IN, D_H, B = 5, 3, 4, 2          # RNN
 D_MODEL, D_K, D_V = 4, 3, 2            # self-attention
@@ -430,3 +434,76 @@ def test_rnn_shared_h0_keeps_dtype_and_inputs(dtype):
         np.testing.assert_array_equal(kw[k], v)
     assert g.dh0.shape == (D_H,)
     assert all(a.dtype == np.dtype(dtype) for a in (H,) + tuple(g))
+
+
+def _bad_calls():
+    from harness.analysis import clipping, gradpath, schedule
+    from harness.models.attention import attention_paths, path_jacobians
+    from harness.models.rnn import recurrent_matrix, rnn_decay, rnn_gradient_norms
+    X, Wx, Wh = _rnn_inputs()
+    A = np.random.default_rng(1).normal(size=(4, 3))
+    W3 = np.eye(3)
+
+    def decay(**kw):
+        return lambda: rnn_decay(**{**dict(T=3, d=2, rho=0.9), **kw})
+
+    def norms(**kw):
+        return lambda: rnn_gradient_norms(**{**dict(X=X, W_xh=Wx, W_hh=Wh), **kw})
+
+    def clip(**kw):
+        return lambda: clipping.clipping_experiment(**{**dict(rhos=(0.5,), T=4, d=2), **kw})
+
+    def cfg(**kw):
+        return lambda: gradpath.validate_config(
+            dataclasses.replace(config.DECAY, **{**dict(Ts=(5,), ds=(2,)), **kw}))
+
+    return [
+        ("T", decay(T=1)), ("d", decay(d=0)), ("rho", decay(rho=0.0)), ("rho", decay(rho=-1.0)),
+        ("weight", decay(weight="unitary")), ("activation", decay(activation="relu")),
+        ("measure", decay(measure="all")), ("input_scale", decay(input_scale=-1.0)),
+        ("seed", decay(seed=-1)), ("seed", decay(seed=1.5)),
+        ("X", norms(X=X[0])), ("W_xh", norms(W_xh=Wx[0])), ("W_hh", norms(W_hh=Wh[0])),
+        ("X", norms(X=X[:1])), ("W_hh", norms(W_hh=Wh[:, :2])), ("W_xh", norms(W_xh=Wx[:, :2])),
+        ("activation", norms(activation="relu")), ("measure", norms(measure="all")),
+        ("probe", norms(probe=np.ones(2))), ("probe", norms(probe=np.zeros(3))),
+        ("probe", norms(probe=np.ones((3, 1)))),
+        ("d", lambda: recurrent_matrix(0, 0.9)), ("rho", lambda: recurrent_matrix(2, 0.0)),
+        ("kind", lambda: recurrent_matrix(2, 0.9, "unitary")),
+        ("seed", lambda: recurrent_matrix(2, 0.9, "orthogonal", -1)),
+        ("T", lambda: attention_paths(T=1, d=2)), ("d", lambda: attention_paths(T=3, d=0)),
+        ("input_scale", lambda: attention_paths(T=3, d=2, input_scale=-1.0)),
+        ("seed", lambda: attention_paths(T=3, d=2, seed=-1)),
+        ("Wq, Wk and Wv", lambda: attention_paths(X=A)),
+        ("X", lambda: path_jacobians(A[0], W3, W3, W3)),
+        ("X", lambda: path_jacobians(A[:1], W3, W3, W3)),
+        ("Wq", lambda: path_jacobians(A, np.eye(2), W3, W3)),
+        ("Wk", lambda: path_jacobians(A, W3, np.eye(2), W3)),
+        ("Wv", lambda: path_jacobians(A, W3, W3, np.eye(2))),
+        ("Wq and Wk", lambda: path_jacobians(A, W3, W3[:, :2], W3)),
+        ("rhos", clip(rhos=())), ("rhos", clip(rhos=(0.5, -1.0))), ("threshold", clip(threshold=0.0)),
+        ("T", clip(T=2)), ("d", clip(d=0)), ("weight", clip(weight="unitary")),
+        ("activation", clip(activation="relu")), ("input_scale", clip(input_scale=-1.0)),
+        ("seed", clip(seed=-1)),
+        ("rhos", cfg(rhos=(0.0,))), ("activations", cfg(activations=("relu",))),
+        ("weights", cfg(weights=("unitary",))), ("input_scales", cfg(input_scales=(-1.0,))),
+        ("Ts", cfg(Ts=(1,))), ("ds", cfg(ds=(0,))), ("models", cfg(models=("gpt",))),
+        ("seed", cfg(seed=-1)), ("measure", cfg(measure="all")), ("exact_max_d", cfg(exact_max_d=-1)),
+        ("P", lambda: schedule.schedule(RECURRENCE, 2, 2, (0,))),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_bad_calls())))
+def test_each_analyser_error_names_its_argument(i):
+    name, call = _bad_calls()[i]
+    with pytest.raises((TypeError, ValueError)) as e:
+        call()
+    assert re.match(rf"{re.escape(name)} (must|is|has)\b", str(e.value)), (name, str(e.value))
+
+
+def test_smallest_accepted_values():
+    from harness.analysis import clipping, gradpath
+    from harness.models.rnn import rnn_decay
+    assert len(rnn_decay(T=2, d=1, rho=0.9, seed=0, input_scale=0.0)) == 1
+    assert len(clipping.clipping_experiment(rhos=(0.5,), T=3, d=1, seed=0, input_scale=0.0)) == 1
+    gradpath.validate_config(dataclasses.replace(config.DECAY, Ts=(2,), ds=(1,), exact_max_d=0,
+                                                 input_scales=(0.0,)))

@@ -62,6 +62,7 @@ PATH_COLUMNS = PATH_KEYS + (
     "norm_measure",     # which measure log10_norm is: "spectral" or "probe"
     "log10_gated",      # the gated recurrences' additive route alone: prod f (LSTM), prod z (GRU)
     "log10_residual",   # the Transformer layer's residual route: what x_T alone gives y_T (same every k)
+    "log10_decay",      # linear attention's decay alone: log10 prod a_r over the k steps (0: no decay)
 )
 # Family.path.summary's keys, in this order (gradpath.summarise names them as its columns)
 PATH_SUMMARY_KEYS = ("fitted_rate", "fitted_rate_probe", "theory_rate", "bound_rate",
