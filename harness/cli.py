@@ -58,6 +58,26 @@ def print_short_help(parser, stream=None):
         print(f"  {name:8s} {mod.HELP}\n           {mod.EXAMPLE}", file=stream)
 
 
+DEBUG_ON = ("1", "true", "yes", "on")
+
+
+def debugging(environ=None):
+    """``HARNESS_DEBUG`` set to 1, true, yes or on (any case): show tracebacks; anything else
+    (unset, 0, false, no, off, ...) keeps each error to one line."""
+    environ = os.environ if environ is None else environ
+    return environ.get("HARNESS_DEBUG", "").strip().lower() in DEBUG_ON
+
+
+def interrupted(name):
+    """Say that ``name`` was interrupted, in one line; the exit status 128 + the signal's number."""
+    sig = signals.received() or signal.SIGINT
+    # the signal may come before the output moved into place or just after it did
+    # (held back by signals.deferred): either way no part of a run was left
+    print(f"{name}: interrupted ({signal.Signals(sig).name}); no partial output was left",
+          file=sys.stderr, flush=True)
+    return 128 + int(sig)
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -65,9 +85,10 @@ def main(argv=None):
         print_short_help(parser)
         return 2
     name = f"harness {args.command}"
-    debug = bool(os.environ.get("HARNESS_DEBUG"))
+    debug = debugging()
     with signals.installed():
         try:
+            signals.checkpoint()            # a signal that came while the command line loaded
             rc = int(args._run(args) or 0)
             signals.checkpoint()            # a signal whose exception was swallowed: not a success
             return rc
@@ -75,13 +96,8 @@ def main(argv=None):
             print(f"{name}: error: {e}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            sig = signals.received() or signal.SIGINT
-            # the signal may come before the output moved into place or just after it did
-            # (held back by signals.deferred): either way no part of a run was left
-            print(f"{name}: interrupted ({signal.Signals(sig).name}); no partial output was "
-                  f"left", file=sys.stderr)
-            return 128 + int(sig)
-        except (ValueError, TypeError, MemoryError, FloatingPointError) as e:
+            return interrupted(name)
+        except (ValueError, TypeError, MemoryError, ArithmeticError) as e:
             # the analysers check their own arguments and say which one is wrong; the command
             # line shows that as one line. HARNESS_DEBUG=1 shows the traceback instead.
             if debug:

@@ -195,3 +195,51 @@ def test_gates_made_it_survivable_holds_when_a_gated_path_outlives_the_rnn():
     assert row["verdict"] == FAILS and "did not make the trip survivable" in row["measured"]
     row = claims.gates_made_it_survivable({"decay": rnn})                # a run without them
     assert row["verdict"] == claims.NOT_MEASURED and "no gated recurrence rows" in row["measured"]
+
+
+# ----------------------------------------------------------------------------- the Transformer layer
+
+def _boxes(mixing, circles=2, rectangles=14):
+    n = circles + rectangles
+    return {"figure1_boxes": pd.DataFrame({
+        "box": [f"b{i}" for i in range(n)], "stack": "encoder",
+        "drawn": ["circle"] * circles + ["rectangle"] * rectangles,
+        "mixes_positions": [i < mixing for i in range(n)]})}
+
+
+def test_three_mixing_boxes_hold_with_a_qualification_when_the_figure_has_16():
+    row = claims.figure1_three_boxes_mix(_boxes(3))
+    assert row["verdict"] == QUALIFIED and row["value"] == 3
+    assert "3 of the 16 boxes traced mix positions" in row["measured"]
+    assert "14 rectangles and 2 positional-encoding circles" in row["measured"]
+    assert claims.figure1_three_boxes_mix(_boxes(3, 1, 14))["verdict"] == HOLDS   # 15 boxes
+    assert claims.figure1_three_boxes_mix(_boxes(4))["verdict"] == FAILS
+
+
+def test_heads_cost_holds_only_when_every_h_costs_the_same():
+    h = pd.DataFrame({"heads": [1, 2, 4], "T": 8, "d": 4, "total": [100, 100, 100]})
+    row = claims.heads_cost_is_flat({"heads_cost": h})
+    assert row["verdict"] == HOLDS and "h = 4: 100 multiplications, the same for every h" in row["measured"]
+    row = claims.heads_cost_is_flat({"heads_cost": h.assign(total=[100, 100, 120])})
+    assert row["verdict"] == FAILS and row["value"] == 1.2
+
+
+def _layer_work(q, lin, d=8, Ts=(16, 64)):
+    rows = []
+    for T in Ts:
+        rows.append(dict(model="transformer", T=T, d=d, quadratic=q * T * T, linear=lin * T,
+                         macs=q * T * T + lin * T))
+        rows.append(dict(model="rnn", T=T, d=d, quadratic=0, linear=2 * d * d * T, macs=2 * d * d * T))
+    return {"layer_work": pd.DataFrame(rows)}
+
+
+def test_layer_crossover_is_where_the_quadratic_part_meets_the_rest():
+    from harness.report import numbers
+    d, T_eq, ratios = numbers.layer_crossover(_layer_work(q=16, lin=800)["layer_work"])
+    # computed another way: q T^2 = l T at T = l / q; the ratio at T = 64 from the counts
+    assert (d, T_eq) == (8, 50.0)
+    assert ratios == {"rnn": (16 * 64 * 64 + 800 * 64) / (2 * 8 * 8 * 64)}
+    row = claims.layer_quadratic_from_d(_layer_work(q=16, lin=800))
+    assert row["verdict"] == QUALIFIED and row["value"] == 50 / 8
+    assert "only at T = 50 = 6.25·d" in row["measured"]
+    assert claims.layer_quadratic_from_d(_layer_work(q=16, lin=160))["verdict"] == HOLDS   # T = 10

@@ -516,3 +516,21 @@ def test_clipping_caption_whole_sentences_and_where_the_conclusion_holds():
         assert cap.endswith("of the near one.") and "rescue" not in cap
     one = captions.caption_clipping(_clip_rows((1.1, -0.5, -0.5, -1.0)))
     assert one.startswith("Clipping the total gradient to 1 rescales") and one.count("At ρ") == 1
+
+
+def test_transformer_caption_states_the_boxes_the_heads_and_the_crossover():
+    import pandas as pd
+    from harness.report import captions
+    boxes = pd.DataFrame({"box": ["Input Embedding", "Multi-Head Attention", "Softmax"],
+                          "mixes_positions": [False, True, False]})
+    heads = pd.DataFrame({"heads": [2, 1], "d_k": [4, 8], "T": 16, "d": 8, "total": [900, 900]})
+    work = pd.DataFrame([dict(model="transformer", T=64, d=8, quadratic=16 * 64 * 64,
+                              linear=800 * 64, macs=16 * 64 * 64 + 800 * 64),
+                         dict(model="lstm", T=64, d=8, quadratic=0, linear=1000, macs=1000)])
+    cap = captions.caption_transformer({"figure1_boxes": boxes, "heads_cost": heads,
+                                        "layer_work": work})
+    assert "1 of Figure 1's 3 boxes let an output row depend on another input row: " \
+           "Multi-Head Attention." in cap
+    assert "does 900, 900 multiplications for h = 1, 2 (T = 16, d = 8)" in cap
+    # q T^2 = l T at T = 800 / 16 = 50 = 6.25 d; at T = 64 the layer does 116,736 / 1,000
+    assert "only at T = 50 (6.25·d); at T = 64 the layer does 116.7× the LSTM's" in cap

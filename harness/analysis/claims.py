@@ -308,11 +308,65 @@ def gates_made_it_survivable(f):
                 best.distance, HOLDS if survives else FAILS)
 
 
+# ----------------------------------------------------------------------------- the Transformer layer
+
+LESSON_BOXES, LESSON_MIXING = 15, 3       # "of the fifteen boxes, three light up"
+
+
+@_claim("Of Figure 1's fifteen boxes three mix positions; the other twelve work on one row at a "
+        "time", "goodbye to recurrence", "figure1_boxes")
+def figure1_three_boxes_mix(f):
+    """The tracer's count of Figure 1's boxes in which an output row depends on another input
+    row: three, as the lesson says (the count of boxes itself depends on how the two
+    positional-encoding circles are counted)."""
+    t = f["figure1_boxes"]
+    mixing = t[t.mixes_positions.astype(bool)]
+    n, total = len(mixing), len(t)
+    names = ", ".join(f"{r.box} ({r.stack})" for r in mixing.itertuples())
+    verdict = FAILS if n != LESSON_MIXING else (HOLDS if total == LESSON_BOXES else QUALIFIED)
+    return _row(f"{n} of the {total} boxes traced mix positions: {names}; the other {total - n} "
+                f"leave every output row on its own input row"
+                + ("" if total == LESSON_BOXES else
+                   f" (the figure has {int((t.drawn == 'rectangle').sum())} rectangles and "
+                   f"{int((t.drawn != 'rectangle').sum())} positional-encoding circles: "
+                   f"{total} boxes, not {LESSON_BOXES})"), n, verdict)
+
+
+@_claim("With d_k = d_model / h, the cost of multi-head attention does not depend on h",
+        "self-attention", "heads_cost")
+def heads_cost_is_flat(f):
+    """The traced multiplications of multi-head attention with d_k = d/h are the same for
+    every h."""
+    h = f["heads_cost"].sort_values("heads")
+    flat = h.total.nunique() == 1
+    return _row(f"traced at T = {int(h['T'].iloc[0])}, d = {int(h.d.iloc[0])}: "
+                + ", ".join(f"h = {int(r.heads)}: {int(r.total):,}" for r in h.itertuples())
+                + (" multiplications, the same for every h" if flat else
+                   f" multiplications: they change with h (max/min {h.total.max() / h.total.min():.3f})"),
+                float(h.total.max() / h.total.min()), HOLDS if flat else FAILS)
+
+
+@_claim("…and with every product counted, the T² terms dominate from T = d on",
+        "goodbye to recurrence (counts), asked of the whole Transformer layer", "layer_work")
+def layer_quadratic_from_d(f):
+    """The lesson counts the RNN's 2 T d^2 against attention's 2 T^2 d. Counting the layer's
+    projections and feed-forward too, its T^2 terms (grid and mix) pass its other products
+    only at T = l / q; the claim holds where that is within 1.5 d."""
+    d, T_eq, ratios = numbers.layer_crossover(f["layer_work"])
+    T1 = int(f["layer_work"]["T"].max())
+    verdict = HOLDS if T_eq <= 1.5 * d else QUALIFIED
+    return _row(f"in a layer at d = {d}, the grid and mix (2·T²·d) pass the projections and "
+                f"feed-forward only at T = {T_eq:,.0f} = {T_eq / d:.2f}·d; at T = {T1:,} the "
+                f"layer does " + ", ".join(f"{r:.1f}× the {m.upper()}'s" for m, r in ratios.items())
+                + " multiplications", T_eq / d, verdict)
+
+
 CLAIMS = (depth_in_sequence, scan_parallelises, processors_change_nothing, attention_constant_stages,
           counts_cross_at_d, wall_time_crosses_at_d, vanishing_with_radius, tanh_makes_it_worse,
           clipping_stops_explosion_only, attention_one_factor, sqrt_dk,
           diagonal_without_projections, additive_routes, gates_did_not_shorten,
-          gates_made_it_survivable)
+          gates_made_it_survivable, figure1_three_boxes_mix, heads_cost_is_flat,
+          layer_quadratic_from_d)
 
 
 def claims_table(frames):

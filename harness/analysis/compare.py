@@ -63,8 +63,12 @@ def cases(config=DEFAULT):
 
 
 def _torch():
+    from harness.infra import signals
     try:
-        import torch
+        # torch's C++ import code calls back into Python: a KeyboardInterrupt raised there
+        # aborts the process (pybind11's "terminate called"), so a signal waits for its end
+        with signals.quietly():
+            import torch
     except ImportError:
         return None
     return torch

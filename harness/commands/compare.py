@@ -50,7 +50,8 @@ def run(args):
                          f"got {args.threads}")
     if args.repeats is not None and args.repeats < 1:
         raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
-    from harness.infra.files import output_dir
+    from harness.infra.files import check_out, output_dir
+    check_out(args.out, files=FILES)      # before anything loads: refused at once
     base = C.QUICK_COMPARE if args.quick else C.LONG_COMPARE if args.long else C.COMPARE
     config = dataclasses.replace(base, threads=args.threads,
                                  repeats=base.repeats if args.repeats is None else args.repeats)

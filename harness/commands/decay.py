@@ -81,10 +81,12 @@ def configs(args):
 def run(args):
     import time
 
+    from harness.infra.files import check_out, output_dir, output_set
+
+    check_out(args.out, files=FILES)      # before anything loads: refused at once
     import pandas as pd
 
     from harness.analysis import clipping, gradpath, lessons
-    from harness.infra.files import output_dir, output_set
     from harness.infra.progress import Progress, warm_up_kernels
 
     decay, clip = configs(args)           # every check first: a bad argument creates nothing

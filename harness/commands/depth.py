@@ -106,11 +106,14 @@ def _print(title, frame):
 
 
 def run(args):
+    from harness.infra.files import check_out, output_dir
+
+    files = FILES if args.no_measure else FILES + MEASURED
+    if args.out is not None:
+        check_out(args.out, files=files)  # before anything loads: refused at once
     dcfg, scfg, wcfg = configs(args)     # every check first: a bad argument creates nothing
     if args.out is None:
         return _run(args, dcfg, scfg, wcfg, None)
-    from harness.infra.files import output_dir
-    files = FILES if args.no_measure else FILES + MEASURED
     with output_dir(args.out, files=files) as out_dir:
         return _run(args, dcfg, scfg, wcfg, out_dir)
 

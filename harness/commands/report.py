@@ -36,7 +36,11 @@ def run(args):
     import sys
     import time
 
-    out = args.out or os.path.join("reports", dt.datetime.now().strftime("%Y-%m-%d_%H%M%S"))
+    from harness.infra.files import check_out
+
+    out = (args.out if args.out is not None
+           else os.path.join("reports", dt.datetime.now().strftime("%Y-%m-%d_%H%M%S")))
+    check_out(out, whole=True)            # a folder that cannot be used: refused before any import
     config = dataclasses.replace(C.QUICK_REPORT if args.quick else C.REPORT,
                                  asv_results=args.asv_results)
     command = ("harness " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:]
@@ -45,7 +49,6 @@ def run(args):
 
     from harness import report
     from harness.infra.progress import Progress, warm_up_kernels
-    report.check_out(out)                 # a folder that cannot be used is refused before any work
 
     progress = Progress("harness report", args.quiet)
     warm_up_kernels(progress)

@@ -34,6 +34,63 @@ def check_name(path, arg="--out"):
     return text
 
 
+def check_out(path, arg="--out", files=(), whole=False):
+    """The output folder ``path``, checked before anything heavy loads or any work starts: a
+    UsageError (exit status 2) at once for one that cannot be used; nothing is left behind.
+
+    An existing ``path`` must be a directory this process can write in; a missing one, its
+    nearest existing parent (where it will be created). Writable means a folder was made
+    and removed there: permission bits do not tell root, a read-only mount or /proc apart.
+    ``files``: the names the command writes, none of which may be a directory.
+    ``whole``: the command replaces the folder whole (the report): it must be empty, or hold
+    nothing but the staging of an earlier run, and be neither the current directory nor
+    one that holds it; its parent, where the lock goes, must be writable too. Returns the
+    path (resolved, when ``whole``)."""
+    text = check_name(path, arg)
+    if not text:
+        raise UsageError(f"{arg}: the name is empty; give a folder ('.' for the current one)")
+    p = Path(text)
+    try:
+        if whole:
+            p = p.resolve()                          # a symlink to a folder: that folder
+            cwd = Path.cwd().resolve()
+            if p == cwd or p in cwd.parents:
+                raise UsageError(f"{arg}: {text!r} is the current directory or holds it; the "
+                                 f"report replaces its folder whole, so give it a folder of its own")
+        if p.is_symlink() and not p.exists():
+            raise UsageError(f"{arg}: {text!r} is a link to nothing")
+        if p.exists():
+            if not p.is_dir():
+                raise UsageError(f"{arg}: {text!r} exists and is not a directory")
+            if whole and any(not q.name.startswith(STAGING_PREFIX) for q in p.iterdir()):
+                raise UsageError(f"{arg}: {text!r} exists and is not an empty directory")
+            _probe(p, arg)
+            if whole:
+                _probe(p.parent, arg)
+            for name in files:
+                if (p / name).is_dir():
+                    raise UsageError(f"{arg}: {str(p / name)!r} is a directory, where the file "
+                                     f"{name} goes; move it away")
+        else:
+            parent = next(q for q in p.absolute().parents if q.exists())
+            if not parent.is_dir():
+                raise UsageError(f"{arg}: cannot create {text!r}: {str(parent)!r} is not a "
+                                 f"directory")
+            _probe(parent, arg)
+    except OSError as e:                             # a name too long, a folder we may not read
+        raise UsageError(f"{arg}: cannot use {text!r}: {e.strerror or e}") from None
+    return p
+
+
+def _probe(folder, arg):
+    """Make and remove a folder in ``folder``, named as a staging folder (a run killed -9 in
+    between leaves what the next run removes)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=folder))
+    except OSError as e:
+        raise UsageError(f"{arg}: cannot write in {str(folder)!r}: {e.strerror or e}") from None
+
+
 def ensure_writable_dir(path, arg="--out", files=()):
     """Create ``path`` if needed and check that ``files`` can be written into it."""
     p = Path(check_name(path, arg))

@@ -1,38 +1,67 @@
 """Ctrl-C and SIGTERM: unwind at once, and never let a swallowed signal pass as success.
 
 The handler records the signal and raises KeyboardInterrupt, so the work stops
-where it is and every ``finally`` runs. A KeyboardInterrupt raised where Python
-cannot deliver it (a weakref callback while matplotlib closes a figure prints
-"Exception ignored" and goes on) is caught later: ``checkpoint()`` raises again
-wherever the work can stop safely, in particular before output is moved into
-place, and the command line exits with 128 + the signal's number, never 0.
+where it is and every ``finally`` runs. Where raising would do harm it only
+records, and the exception comes when the block ends: ``quietly()`` (code that
+calls back into Python from C or C++: Numba's compiler, importing PyTorch) and
+``deferred()`` (a few renames that move in together).
+
+A KeyboardInterrupt raised where Python cannot deliver it (a weakref callback
+while matplotlib closes a figure) would be printed as "Exception ignored" and
+lost: while our handler is installed, such an interrupt is put back, silently,
+and raised again at the next line the work runs. ``checkpoint()`` raises for
+any recorded signal wherever the work can stop safely, in particular before
+output is moved into place, so the command line exits with 128 + the signal's
+number, never 0.
+
+The executable (``harness._entry``) installs the handler for the whole process
+(``hold_for_process``): quiet while the command line loads and after the
+command has answered, raising only while the command runs.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
+import sys
 import threading
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_received = None
-_quiet = 0
+_received = None       # the first signal of this command
+_owed = False          # its KeyboardInterrupt has not reached the work yet
+_quiet = 0             # > 0: record a signal, raise it later
+_for_process = False   # the executable's handler: installed once, never taken down
+_next_hook = sys.__unraisablehook__    # what prints every other "Exception ignored"
 
 
 def _handler(signum, frame):
-    global _received
-    first = _received is None
-    _received = signum
-    if first and not _quiet:
+    global _received, _owed
+    if _received is None:
+        _received, _owed = signum, True
+    if _owed and not _quiet:
+        _owed = False                # a second signal does not interrupt the unwinding
         raise KeyboardInterrupt
+
+
+def _unraisable(hook):
+    """``sys.unraisablehook``: our KeyboardInterrupt raised in a callback Python cannot raise
+    from is owed again and re-sent, instead of printed as "Exception ignored" and lost."""
+    global _owed
+    if isinstance(hook.exc_value, KeyboardInterrupt) and _received is not None:
+        _owed = True
+        _thread.interrupt_main(_received)      # our handler runs again at the next line
+        return
+    _next_hook(hook)
 
 
 @contextlib.contextmanager
 def quietly():
     """Record a signal without raising it until the block ends: for code that calls back into
-    Python from C (Numba's compiler), where an exception is printed as "Exception ignored"
-    with a traceback and then lost."""
+    Python from C or C++ (Numba's compiler, PyTorch's import), where an exception is printed
+    as "Exception ignored" and lost, or aborts the process (pybind11: "terminate called after
+    throwing an instance of 'pybind11::error_already_set'")."""
     global _quiet
     _quiet += 1
     try:
@@ -49,39 +78,81 @@ def received():
 
 def checkpoint():
     """Raise KeyboardInterrupt if a signal arrived, even one whose exception was swallowed."""
-    if _received is not None:
+    global _owed
+    if _received is not None and not _quiet:
+        _owed = False
         raise KeyboardInterrupt
+
+
+def hold_for_process(early=()):
+    """The executable's first step: our handler from now until the process exits, recording
+    only (``installed`` lets it raise while a command runs). ``early``: signals recorded
+    before this module was loaded."""
+    global _for_process, _quiet, _received, _owed, _next_hook
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _for_process = True
+    _quiet += 1
+    for s in SIGNALS:
+        signal.signal(s, _handler)
+    _next_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
+    if early and _received is None:         # read after ours is in place: none is lost
+        _received, _owed = early[0], True
 
 
 @contextlib.contextmanager
 def installed():
-    """Our handler for SIGINT and SIGTERM for the length of a command (main thread only)."""
-    global _received
-    _received = None
+    """Our handler for SIGINT and SIGTERM for the length of a command (main thread only).
+
+    In a process of its own (the executable) the handler is already in place: here it starts
+    raising, and a signal recorded while the command line loaded is raised at the first
+    ``checkpoint()``. Called in a process that goes on (a test, a notebook), it installs the
+    handler, and on leaving puts the previous handlers back and forgets the signal."""
+    global _received, _owed, _quiet, _next_hook
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    if _for_process:
+        _quiet -= 1
+        try:
+            yield
+        finally:
+            _quiet += 1                      # after the answer: recorded, said by the exit
+        return
+    before = (_received, _owed)
+    _received, _owed = None, False
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
+    hooks = (sys.unraisablehook, _next_hook)
+    _next_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
         yield
     finally:
+        sys.unraisablehook, _next_hook = hooks
         for s, h in previous.items():
             signal.signal(s, h)
+        _received, _owed = before
 
 
 @contextlib.contextmanager
 def deferred():
     """Hold SIGINT and SIGTERM back for a few renames: a set of files moves in whole or not at
-    all. A signal that arrives meanwhile is delivered when the block ends."""
+    all. A signal that arrives meanwhile is raised when the block ends.
+
+    The mask holds back a signal sent to this thread; one that another thread takes (BLAS's,
+    Numba's) still runs our handler here, which only records it while the block runs."""
+    global _quiet
     checkpoint()
     main = threading.current_thread() is threading.main_thread()
     if main:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    _quiet += 1
     try:
         yield
     finally:
         if main:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _quiet -= 1
+    checkpoint()
 
 
 def pid_alive(pid):

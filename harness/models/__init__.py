@@ -33,6 +33,7 @@ NAMES = (
     "lru",
     "lstm",
     "gru",
+    "transformer",
 )
 
 # The lessons' two models, whose claims the report's captions state.

@@ -82,9 +82,11 @@ def recurrent_trace_bytes(T, d, d_k=None, d_v=None):
 
 
 def parallel_trace_bytes(T, d, d_k=None, d_v=None):
-    """Peak bytes of tracing the masked product: a few (T, width) values and T x T grids."""
+    """Peak bytes of tracing the masked product: a few (T, width) values, T x T grids (and the
+    mask), its twenty-odd ops."""
     w = _widths(d, d_k, d_v)
-    return trace.BYTES_PER_ELEMENT * (8 * T * w + 4 * w * w + 5 * T * T) + T * T
+    return (trace.BYTES_PER_ELEMENT * (8 * T * w + 4 * w * w + 5 * T * T) + T * T
+            + 10 * trace.BYTES_PER_STEP)
 
 
 def chunked_trace_bytes(T, d, d_k=None, d_v=None):

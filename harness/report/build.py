@@ -20,18 +20,19 @@ from pathlib import Path
 import pandas as pd
 
 from harness import models
-from harness.analysis import (claims, clipping, depth, gradpath, lessons, peakmem, schedule,
-                              walltime)
+from harness.analysis import (claims, clipping, depth, figure1, gradpath, lessons, peakmem,
+                              schedule, walltime)
 from harness.infra import machine, signals, timing
 from harness.infra.config import REPORT
-from harness.infra.files import STAGING_PREFIX, OutputSet, UsageError, check_name
+from harness.infra.files import OutputSet, UsageError
+from harness.infra.files import check_out as _check_out
 from harness.models import ATTENTION as ATT
 from harness.models import GATED_RECURRENCES as GATED
 from harness.models import PARALLEL_RECURRENCE as LRU
 from harness.models import RECURRENCE as RNN
 from harness.report import captions, figures, history, html
 
-STAGES = 8          # the progress calls of _sections, for a bar with a count
+STAGES = 9          # the progress calls of _sections, for a bar with a count
 # the data dictionary, copied beside the CSVs it describes (from a checkout; a wheel has no docs/)
 DATA_DICTIONARY = Path(__file__).resolve().parents[2] / "docs" / "data.md"
 
@@ -70,6 +71,13 @@ def _sections(config, progress):
                                              & (frame.weight == "orthogonal"))]
     yield ("gated", "The gated recurrences: survivable, not short", {"gated_decay": gated},
            [("gated_decay", figures.figure_gated)])
+
+    progress("Figure 1 and the Transformer layer, traced")
+    yield ("transformer", "The Transformer layer: which of Figure 1's boxes mix positions",
+           {"figure1_boxes": figure1.box_table(),
+            "heads_cost": figure1.cost_over_heads(config.schedule.T_values[0], config.depth.d),
+            "layer_work": figure1.layer_work(config.depth.T_values, config.depth.d)},
+           [("layer_work", figures.figure_layer_work)])
 
     T, d = config.schedule.T_values[0], config.schedule_d
     progress(f"schedule on P processors (T = {T})")
@@ -122,20 +130,12 @@ def _sections(config, progress):
 
 
 def check_out(out):
-    """The report folder, resolved; a UsageError at once for one that cannot be used.
+    """The report folder, resolved; a UsageError at once for one that cannot be used
+    (``harness.infra.files.check_out``, which ``harness report`` calls before loading this).
 
     A folder that holds nothing but the staging of a run (a live one is refused by the lock,
     a dead one's is removed) counts as empty."""
-    check_name(out)
-    path = Path(out).resolve()                     # a symlink to a folder: that folder
-    cwd = Path.cwd().resolve()
-    if path == cwd or path in cwd.parents:
-        raise UsageError(f"--out: {str(out)!r} is the current directory or holds it; the report "
-                         f"replaces its folder whole, so give it a folder of its own")
-    if path.exists() and (not path.is_dir() or any(not p.name.startswith(STAGING_PREFIX)
-                                                   for p in path.iterdir())):
-        raise UsageError(f"--out: {str(out)!r} exists and is not an empty directory")
-    return path
+    return _check_out(out, whole=True)
 
 
 @contextlib.contextmanager

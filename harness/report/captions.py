@@ -291,12 +291,31 @@ def caption_gated(f):
             f"span and path length in the depth section grow with T as the RNN's).")
 
 
+def caption_transformer(f):
+    """Figure 1's boxes that mix positions, the cost over h, and the layer's crossover."""
+    t, h = f["figure1_boxes"], f["heads_cost"].sort_values("heads")
+    mixing = t[t.mixes_positions.astype(bool)]
+    d, T_eq, ratios = numbers.layer_crossover(f["layer_work"])
+    T1 = int(f["layer_work"]["T"].max())
+    return (f"Traced box by box, {len(mixing)} of Figure 1's {len(t)} boxes let an output row "
+            f"depend on another input row: " + ", ".join(mixing.box) + ". The rest (embeddings, "
+            f"positional encodings, add & norm, feed forward, the final linear and softmax) "
+            f"work one row at a time. Multi-head attention with d_k = d_model / h does "
+            + ", ".join(f"{int(r.total):,}" for r in h.itertuples())
+            + f" multiplications for h = " + ", ".join(str(int(x)) for x in h.heads)
+            + f" (T = {int(h['T'].iloc[0])}, d = {int(h.d.iloc[0])}). Counting every product of a "
+            f"layer at d = {d}, its T² terms pass its projections and feed-forward only at "
+            f"T = {T_eq:,.0f} ({T_eq / d:.2f}·d); at T = {T1:,} the layer does "
+            + ", ".join(f"{r:.1f}× the {m.upper()}'s" for m, r in ratios.items())
+            + " multiplications.")
+
+
 CAPTIONS = {
     "decay": caption_decay, "clipping": caption_clipping, "depth": caption_depth,
     "schedule": caption_schedule, "work": caption_work, "maps": caption_maps,
     "additive": caption_additive, "wall": caption_wall, "history": caption_history,
     "attention_path": caption_attention_path, "memory": caption_memory,
-    "recurrence": caption_recurrence, "gated": caption_gated,
+    "recurrence": caption_recurrence, "gated": caption_gated, "transformer": caption_transformer,
 }
 
 

@@ -127,6 +127,23 @@ def figure_gated(f):
     return g.figure
 
 
+def figure_layer_work(f):
+    """A Transformer layer's traced multiplications against the recurrences' at equal width,
+    and where the layer's T^2 terms pass its other products."""
+    w = f["layer_work"]
+    g = sns.relplot(data=w, x="T", y="macs", hue="model", style="model", markers=True,
+                    dashes=False, kind="line", height=3.6, aspect=1.5)
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("T", "multiplications (traced), every product")
+    d, T_eq, _ = numbers.layer_crossover(w)
+    for ax in g.axes.flat:
+        ax.axvline(T_eq, color="k", ls="--", lw=1,
+                   label=f"the layer's T² terms pass the rest: T = {T_eq / d:.1f}·d")
+        ax.legend(handles=[ln for ln in ax.get_lines() if "T² terms" in ln.get_label()],
+                  loc="upper left", fontsize=8)
+    return g.figure
+
+
 def figure_attention_path(f):
     lv = f["attention_level"]
     g = sns.relplot(data=lv, x="T", y="log10_level", hue="input_scale", kind="line", marker="o",

@@ -43,8 +43,15 @@ def depth_table_html(dt):
                         classes="table depth")
 
 
+def boxes_table_html(t):
+    """Figure 1's boxes, in the figure's order, and whether each mixes positions."""
+    view = t[["order", "box", "stack", "drawn", "mixes_positions", "mixing_inputs"]]
+    return view.to_html(index=False, escape=True, na_rep="", classes="table boxes")
+
+
 # section key -> the table it shows under its caption, from its frames as read back
-TABLES = {"depth": lambda f: depth_table_html(f["depth"])}
+TABLES = {"depth": lambda f: depth_table_html(f["depth"]),
+          "transformer": lambda f: boxes_table_html(f["figure1_boxes"])}
 
 
 _CSS = """

@@ -105,6 +105,19 @@ def survival_distances(decay, threshold=-3.0):
     return pd.DataFrame(rows, columns=[*models.PATH_KEYS, "distance"])
 
 
+def layer_crossover(work, model="transformer"):
+    """(d, T where the layer's T^2 terms equal its other products, {family: layer macs / family
+    macs at the largest T}) from the layer-work frame: the quadratic part is q T^2 and the
+    rest l T, so they meet at T = l / q (read off each row's counts)."""
+    layer = work[work.model == model].sort_values("T")
+    last = layer.iloc[-1]
+    q = float(last.quadratic) / float(last["T"]) ** 2
+    lin = float(last.linear) / float(last["T"])
+    T1 = int(last["T"])
+    at = work[work["T"] == T1].set_index("model").macs
+    return int(last.d), lin / q, {m: float(at[model] / at[m]) for m in at.index if m != model}
+
+
 def scan_form():
     """The traced form that computes the parallel recurrence by a scan: its family's second
     form (the first is its own step loop, named as the family)."""
