@@ -51,6 +51,9 @@ def _sections(page):
         key, body = m.group(1), m.group(2)
         cap = re.search(r'<p class="caption" data-section="[^"]+">(.*?)</p>', body, re.S).group(1)
         csvs = re.findall(r'href="([^"]+)\.csv"', body)
+        # the page writes 10^x as 10<sup>x</sup> (a minus as −): read it back as the caption's text
+        cap = re.sub(r"10<sup>([+−]?)([\d.]+)</sup>",
+                     lambda p: "10^" + p.group(1).replace("−", "-") + p.group(2), cap)
         found.append((key, html.unescape(cap), csvs))
     return found
 

@@ -4,7 +4,8 @@
 The model (decay None, normalised), with X (T, d_model) and the kernel's layout
 Wq, Wk (d_k, d_model), Wv (d_v, d_model):
 
-    S_t = S_{t-1} + phi(k_t) v_t^T     z_t = z_{t-1} + phi(k_t)     y_t = S_t^T phi(q_t) / (z_t . phi(q_t))
+    S_t = S_{t-1} + phi(k_t) v_t^T,     z_t = z_{t-1} + phi(k_t),
+    y_t = S_t^T phi(q_t) / (z_t . phi(q_t))
 
 three ways, each a traced form written with ``harness.analysis.trace``'s operations:
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from harness.kernels import linear_attention as la
 
-CHUNK = la.CHUNK        # rows per chunk of the chunked form: the kernel's, so the form is its algorithm
+CHUNK = la.CHUNK        # rows per chunk of the chunked form: the kernel's, so the form is its own
 
 
 def phi(U):
@@ -46,7 +47,7 @@ def causal(n):
     return np.tril(np.ones((n, n), dtype=bool))
 
 
-# ------------------------------------------------------------------ the traced forms, X (T, d_model)
+# ------------------------------------------------------------------ traced forms, X (T, d_model)
 
 def recurrent_forward(X, Wq, Wk, Wv):
     """The recurrence of the lesson, one step after another: T dependent state updates."""
@@ -56,7 +57,7 @@ def recurrent_forward(X, Wq, Wk, Wv):
     ys = []
     for t in range(X.shape[-2]):
         fk = FK[t]
-        S = S + fk[:, None] * V[t][None, :]              # S_t = S_{t-1} + phi(k_t) v_t^T: waits for S_{t-1}
+        S = S + fk[:, None] * V[t][None, :]              # S_t = S_{t-1} + phi(k_t) v_t^T: waits
         z = z + fk                                        # z_t = z_{t-1} + phi(k_t)
         fq = FQ[t]
         ys.append((fq @ S) / (fq @ z))                    # (d_v,)
@@ -140,7 +141,8 @@ def _chunks(A, n, chunk, fill):
     T = A.shape[-2]
     pad = n * chunk - T
     if pad:
-        A = np.concatenate([A, np.full(A.shape[:-2] + (pad, A.shape[-1]), fill, dtype=A.dtype)], axis=-2)
+        tail = np.full(A.shape[:-2] + (pad, A.shape[-1]), fill, dtype=A.dtype)
+        A = np.concatenate([A, tail], axis=-2)
     return A.reshape(A.shape[:-2] + (n, chunk, A.shape[-1]))
 
 
@@ -164,7 +166,7 @@ def numpy_forward(X, Wq, Wk, Wv, chunk=CHUNK):
     KV = np.swapaxes(k, -1, -2) @ v                           # (..., n, d_k, w)
     S = np.zeros_like(KV)                                     # S'_j, entering chunk j
     np.cumsum(KV[..., :-1, :, :], axis=-3, out=S[..., 1:, :, :])
-    O = _unchunk(A @ v + q @ S, T)                            # (..., T, w) = [numerator, denominator]
+    O = _unchunk(A @ v + q @ S, T)                            # (..., T, w): [numerator, denominator]
     Y = O[..., :-1] / O[..., -1:]
     return Y, (FQ, FK, q, k, v, A, S, O)
 
@@ -175,7 +177,8 @@ def numpy_backward(X, Wq, Wk, Wv, kept, dY):
     T = X.shape[-2]
     n_t = O[..., -1:]                                          # (..., T, 1) denominators
     Y = O[..., :-1] / n_t
-    dO = np.concatenate([dY / n_t, -(dY * Y).sum(axis=-1, keepdims=True) / n_t], axis=-1)  # y = o / n
+    dn = -(dY * Y).sum(axis=-1, keepdims=True) / n_t           # y = o / n
+    dO = np.concatenate([dY / n_t, dn], axis=-1)
     do = _chunks(dO, A.shape[-3], A.shape[-1], 0.0)            # (..., n, C, w)
     dA = (do @ np.swapaxes(v, -1, -2)) * causal(A.shape[-1])   # O = A v + q S
     dS = np.swapaxes(q, -1, -2) @ do                           # (..., n, d_k, w)
@@ -184,7 +187,7 @@ def numpy_backward(X, Wq, Wk, Wv, kept, dY):
     dq = dA @ k + do @ np.swapaxes(S, -1, -2)
     dk = np.swapaxes(dA, -1, -2) @ q + v @ np.swapaxes(dKV, -1, -2)   # KV = k^T v
     dv = np.swapaxes(A, -1, -2) @ do + k @ dKV
-    dQ = _unchunk(dq, T) * np.minimum(FQ, 1.0)                 # phi'(u) = 1 (u > 0), e^u = phi(u) else
+    dQ = _unchunk(dq, T) * np.minimum(FQ, 1.0)                 # phi'(u) = 1 (u > 0), e^u = phi(u)
     dK = _unchunk(dk, T) * np.minimum(FK, 1.0)
     dV = _unchunk(dv, T)[..., :-1]
     dX = dQ @ Wq + dK @ Wk + dV @ Wv
@@ -199,7 +202,8 @@ def numpy_peer(X, W, dY, chunk=CHUNK):
     kept = numpy_forward(X, Wq, Wk, Wv, chunk)[1]
     return (lambda: numpy_forward(X, Wq, Wk, Wv, chunk),
             lambda: numpy_backward(X, Wq, Wk, Wv, kept, dY),
-            lambda: (numpy_forward(X, Wq, Wk, Wv, chunk)[0], numpy_backward(X, Wq, Wk, Wv, kept, dY)[0]),
+            lambda: (numpy_forward(X, Wq, Wk, Wv, chunk)[0],
+                     numpy_backward(X, Wq, Wk, Wv, kept, dY)[0]),
             lambda: numpy_backward(X, Wq, Wk, Wv, numpy_forward(X, Wq, Wk, Wv, chunk)[1], dY))
 
 
@@ -236,13 +240,15 @@ def torch_chunked(torch, X, Wq, Wk, Wv, chunk=CHUNK):
     def chunks(A, fill):
         pad = n * C - T
         if pad:
-            A = torch.cat([A, torch.full(A.shape[:-2] + (pad, A.shape[-1]), fill, dtype=A.dtype)], dim=-2)
+            tail = torch.full(A.shape[:-2] + (pad, A.shape[-1]), fill, dtype=A.dtype)
+            A = torch.cat([A, tail], dim=-2)
         return A.reshape(A.shape[:-2] + (n, C, A.shape[-1]))
 
     q, k, v = chunks(FQ, 1.0), chunks(FK, 0.0), chunks(V1, 0.0)
     A = (q @ k.transpose(-1, -2)) * torch.from_numpy(causal(C)).to(X.dtype)
     KV = k.transpose(-1, -2) @ v
-    S = torch.cat([torch.zeros_like(KV[..., :1, :, :]), torch.cumsum(KV, dim=-3)[..., :-1, :, :]], dim=-3)
+    S = torch.cat([torch.zeros_like(KV[..., :1, :, :]), torch.cumsum(KV, dim=-3)[..., :-1, :, :]],
+                  dim=-3)
     O = (A @ v + q @ S).reshape(X.shape[:-2] + (n * C, V1.shape[-1]))[..., :T, :]
     return O[..., :-1] / O[..., -1:]
 

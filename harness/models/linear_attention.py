@@ -3,7 +3,8 @@
 Causal linear attention with its normaliser (Katharopoulos et al. 2020), feature map
 phi = elu + 1, X (T, d_model), Wq, Wk, Wv (d, d) in the kernel's layout (q_t = Wq x_t):
 
-    S_t = a_t S_{t-1} + phi(k_t) v_t^T,   z_t = a_t z_{t-1} + phi(k_t),   y_t = S_t^T phi(q_t) / (z_t . phi(q_t))
+    S_t = a_t S_{t-1} + phi(k_t) v_t^T,     z_t = a_t z_{t-1} + phi(k_t),
+    y_t = S_t^T phi(q_t) / (z_t . phi(q_t))
 
 The family's model has no decay (a_t = 1); its own forward is ``harness.linear_attention``'s
 chunked method. The same outputs come from a recurrence over T dependent steps, from one
@@ -52,9 +53,9 @@ LABELS = {None: "none", "constant": "constant", "selective": "selective"}   # th
 class LinearOptions:
     """The family's own knobs in the decay sweep (``GradientPath.options``)."""
     decays: tuple = la.DECAYS      # None, "constant", "selective": one job each per input scale
-    gamma: float = 0.99            # the constant decay (RetNet's heads run 0.97 to 0.999)
-    a_at_zero: float = 0.99        # the selective a_t at x_t = 0: b_a = softplus^-1(-ln a), so the
-                                   # selective decay differs from the constant one by its input alone
+    gamma: float = 0.99            # the constant decay (RetNet's heads: 1 - 2^-5 ≈ 0.97 and up)
+    a_at_zero: float = 0.99        # the selective a_t at x_t = 0: b_a = softplus^-1(-ln a), so
+                                   # it differs from the constant decay by its input alone
 
 
 LINEAR = LinearOptions()
@@ -223,12 +224,12 @@ def path_norms(X, Wq, Wk, Wv, decay=None, gamma=None, w_a=None, b_a=None):
         raise ValueError(f"the normaliser z_T . phi(q_T) is {n!r}: scale X down (input_scale).")
     y = (D * w) @ V / n                                       # (d_v,) y_T
     R = V - y                                                 # (T, d_v)
-    u = (fq * np.minimum(FK, 1.0)) @ Wk                       # (T, d_model): phi'(k) = min(phi(k), 1)
+    u = (fq * np.minimum(FK, 1.0)) @ Wk             # (T, d_model): phi'(k) = min(phi(k), 1)
     gate = np.zeros((T, R.shape[1]))                          # sigmoid(x_s . w_a + b_a) U_s
     if decay == "selective":
         a = np.exp(ln_a)
         U = np.zeros(R.shape[1])
-        for s in range(1, T):                                 # U_s = a_s (U_{s-1} + w_{s-1} R_{s-1})
+        for s in range(1, T):                       # U_s = a_s (U_{s-1} + w_{s-1} R_{s-1})
             U = a[s] * (U + w[s - 1] * R[s - 1])
             gate[s] = U
         gate *= np.exp(-np.logaddexp(0.0, -(X @ w_a + b_a)))[:, None]
@@ -297,7 +298,7 @@ def path_memory(T, d, config):
 
 
 def path_flops(T, d, config):
-    """Roughly: the projections (3 T d^2), the factors (3 T d^2) and an SVD per distance (~20 d^3)."""
+    """Roughly: the projections (3 T d^2), the factors (3 T d^2), an SVD per distance (~20 d^3)."""
     return 6 * T * d * d + 20 * T * d ** 3
 
 
