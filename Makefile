@@ -46,7 +46,7 @@ readme-figures: $(VENV)/.installed
 	mkdir -p docs/figures
 	for f in $(README_FIGURES); do cp .readme-report/$$f.png docs/figures/; done
 	for f in $(README_DATA); do cp .readme-report/$$f.csv docs/figures/; done
-	$(BIN)/python -c "import pathlib, pandas; from harness import claims; r = pathlib.Path('README.md'); r.write_text(claims.update_readme(r, pandas.read_csv('docs/figures/claims.csv')))"
+	$(BIN)/python -c "import pathlib, pandas; from harness.analysis import claims; r = pathlib.Path('README.md'); r.write_text(claims.update_readme(r, pandas.read_csv('docs/figures/claims.csv')))"
 	rm -rf .readme-report
 
 # Mutation testing of the analysers, scheduler, timing and crossover code, the report's
