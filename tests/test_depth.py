@@ -70,7 +70,9 @@ def test_count_table_has_every_part():
                      ("attention", "grid"), ("attention", "mix"), ("lru", "input"),
                      ("lru", "recurrence"), ("lru-scan", "input"), ("lru-scan", "recurrence"),
                      ("lstm", "input"), ("lstm", "recurrence"), ("lstm", "mul"),
-                     ("gru", "input"), ("gru", "recurrence"), ("gru", "mul")}
+                     ("gru", "input"), ("gru", "recurrence"), ("gru", "mul"),
+                     *(("transformer", p) for p in ("projections", "grid", "mix", "out_projection",
+                                                    "feedforward", "norm", "mul"))}
     assert (counts.macs == counts.closed_form).all()
 
 
