@@ -47,8 +47,9 @@ def test_check_out_refuses_what_it_cannot_use(tmp_path, monkeypatch):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     (tmp_path / "file").write_text("x")
-    for bad in ("full", "file"):
-        with pytest.raises(UsageError, match="exists and is not an empty directory"):
+    for bad, why in (("full", "exists and is not an empty directory"),
+                     ("file", "exists and is not a directory")):
+        with pytest.raises(UsageError, match=why):
             report.check_out(tmp_path / bad)
     (tmp_path / "link").symlink_to(tmp_path / "empty")
     assert report.check_out(tmp_path / "link") == (tmp_path / "empty").resolve()
@@ -272,7 +273,8 @@ def test_report_sections_are_announced_titled_and_filed_in_order(tmp_path):
     cfg, sections, stages, calls, _ = _stubbed_sections(tmp_path, dt, history)
     assert stages == ["gradient decay (RNN and attention)",
                       "attention's path over T and input scale", "clipping",
-                      "depth: tracing the forwards", "schedule on P processors (T = 7)",
+                      "depth: tracing the forwards", "Figure 1 and the Transformer layer, traced",
+                      "schedule on P processors (T = 7)",
                       "wall times over T, in interleaved rounds",
                       "peak memory over T, a fresh process per variant",
                       "attention experiments of the lessons"]
@@ -290,6 +292,8 @@ def test_report_sections_are_announced_titled_and_filed_in_order(tmp_path):
          [("lru_decay", "figure_lru_decay")]),
         ("gated", "The gated recurrences: survivable, not short", ["gated_decay"],
          [("gated_decay", "figure_gated")]),
+        ("transformer", "The Transformer layer: which of Figure 1's boxes mix positions",
+         ["figure1_boxes", "heads_cost", "layer_work"], [("layer_work", "figure_layer_work")]),
         ("schedule", "The 7-token text on P processors", ["schedule"],
          [("schedule", "figure_schedule")]),
         ("work", "Work: multiplications cross at T = d", ["work", "crossover", "rates"],
@@ -452,8 +456,9 @@ def test_build_report_names_the_folder_it_cannot_create(tmp_path):
     parent = (tmp_path / "file" / "sub").resolve()
     with pytest.raises(UsageError) as err:
         report.build_report(parent / "report")
-    assert str(err.value) == (f"--out: cannot write in {str(parent)!r}: "
-                              f"{os.strerror(errno.ENOTDIR)}")
+    # checked before any work: the nearest existing ancestor is a file, not a folder
+    assert str(err.value) == (f"--out: cannot create {str(parent / 'report')!r}: "
+                              f"{str(tmp_path / 'file')!r} is not a directory")
 
 
 def test_build_report_names_the_folder_it_cannot_stage_in(tmp_path):
@@ -462,7 +467,8 @@ def test_build_report_names_the_folder_it_cannot_stage_in(tmp_path):
     with mock.patch.object(files_module.tempfile, "mkdtemp", side_effect=full), \
             pytest.raises(UsageError) as err:
         report.build_report(out)
-    assert str(err.value) == (f"--out: cannot write in {str(out.resolve())!r}: "
+    # the folder does not exist yet: its parent, where it will be made, is the one probed
+    assert str(err.value) == (f"--out: cannot write in {str(tmp_path.resolve())!r}: "
                               f"{os.strerror(errno.ENOSPC)}")
     assert list(tmp_path.iterdir()) == []            # no lock, no stage, no folder left behind
 
