@@ -18,7 +18,32 @@ except ModuleNotFoundError:             # a commit before the package's layers
 
 # --------------------------------------------------------------------------- threads
 
-THREADS = int(os.environ.get("HARNESS_BENCH_THREADS", "1"))   # BLAS = Numba = this
+def threads_from_env(environ=os.environ):
+    """``HARNESS_BENCH_THREADS``: a whole number of at least 1 (unset or empty: 1), at most the threads
+    Numba may use here (``NUMBA_NUM_THREADS``, the cores by default). A larger count would
+    leave BLAS at it and Numba below it, so it is lowered to Numba's, and said on stderr;
+    anything else stops the suite with a message that names the variable."""
+    import sys
+
+    import numba
+
+    text = environ.get("HARNESS_BENCH_THREADS", "").strip() or "1"     # set but empty: unset
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"HARNESS_BENCH_THREADS must be a whole number of threads, at least 1 "
+                         f"(BLAS and Numba both use it), got {text!r}")
+    most = numba.config.NUMBA_NUM_THREADS
+    if n > most:
+        print(f"HARNESS_BENCH_THREADS={n} is more than the {most} threads Numba can use here "
+              f"(NUMBA_NUM_THREADS); BLAS and Numba both use {most}", file=sys.stderr)
+        n = most
+    return n
+
+
+THREADS = threads_from_env()    # BLAS = Numba = this
 
 
 def apply_threads():

@@ -156,6 +156,43 @@ def test_threads_are_set_together():
     assert coretype == (os.environ.get("OPENBLAS_CORETYPE") or "(unset)")
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5"])
+def test_a_thread_count_that_is_not_one_names_the_variable(value):
+    from benchmarks import common
+    with pytest.raises(ValueError, match=f"HARNESS_BENCH_THREADS must be a whole number .*"
+                                         f"at least 1.*got '{value}'"):
+        common.threads_from_env({"HARNESS_BENCH_THREADS": value})
+
+
+def test_more_threads_than_numba_may_use_are_lowered_and_said(capsys):
+    from benchmarks import common
+    most = numba.config.NUMBA_NUM_THREADS
+    assert common.threads_from_env({"HARNESS_BENCH_THREADS": str(most + 97)}) == most
+    err = capsys.readouterr().err
+    assert f"HARNESS_BENCH_THREADS={most + 97}" in err and f"both use {most}" in err
+    assert common.threads_from_env({}) == 1 and common.threads_from_env({"HARNESS_BENCH_THREADS": ""}) == 1
+
+
+@pytest.mark.parametrize("value", ["abc", "99"])
+def test_the_suite_imports_with_a_message_or_not_at_all(value):
+    """What asv sees: a bad count stops the import with one line naming the variable; a large
+    one imports with BLAS and Numba at the same, lowered count."""
+    code = ("from benchmarks import common; from harness.infra import machine; "
+            "i = machine.describe(); print(common.THREADS, i['blas_threads'], i['numba_threads'])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, HARNESS_BENCH_THREADS=value), timeout=300)
+    if value == "abc":
+        assert r.returncode != 0
+        assert r.stderr.strip().splitlines()[-1] == (
+            "ValueError: HARNESS_BENCH_THREADS must be a whole number of threads, at least 1 "
+            "(BLAS and Numba both use it), got 'abc'")
+    else:
+        assert r.returncode == 0, r.stderr
+        threads, blas, numba_threads = r.stdout.split()
+        assert threads == blas == numba_threads == str(numba.config.NUMBA_NUM_THREADS)
+        assert "HARNESS_BENCH_THREADS=99" in r.stderr
+
+
 def test_asv_check_passes():
     pytest.importorskip("asv", reason="asv is not installed (pip install -e .[test])")
     r = subprocess.run([sys.executable, "-m", "asv", "check", "-E", f"existing:{sys.executable}",

@@ -201,6 +201,22 @@ def test_cli_refuses_an_unwritable_out(tmp_path, capsys):
     assert err.count("\n") == 0 and "--out" in err
 
 
+def test_cli_refuses_an_unwritable_out_before_compiling(tmp_path):
+    """With Numba's cache cold, the kernels compile first thing; the refusal comes before
+    that, as the one line it is (a fresh process, an empty cache folder)."""
+    import os
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cold-cache"), PYTHONPATH=str(root))
+    r = subprocess.run([sys.executable, "-m", "harness", "report", "--quick", "--out",
+                        str(blocker / "rep")], capture_output=True, text=True, env=env,
+                       cwd=root, timeout=900)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("harness report: error: --out:"), \
+        r.stderr
+
+
 def test_cli_refuses_a_parent_it_may_not_write_in(tmp_path, capsys, monkeypatch):
     """As a user other than root, an existing parent without write permission fails at the
     lock file: that is --out's usage error too, naming the parent (simulated: CI runs as root)."""

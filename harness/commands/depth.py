@@ -28,6 +28,7 @@ EXAMPLE = "harness depth --T 50 800 1000 2000 --d 512 --out reports/depth"
 
 
 FILES = ("depth.csv", "schedule.csv")
+MAX_P = 2**63 - 1                       # the scheduler's processor count is an int64
 MEASURED = ("timings.csv", "scaling.csv", "machine.csv")
 
 
@@ -69,6 +70,11 @@ def configs(args):
         for v in vals:
             if v < 1:
                 raise UsageError(f"{name}: must be a positive integer, got {v}")
+    for P in args.P or ():
+        if P > MAX_P:
+            # past the work of the graph more processors change nothing
+            raise UsageError(f"--P: must be at most {MAX_P} (2^63 - 1: the schedule counts in "
+                             f"64-bit integers), got {P}")
     if args.repeats < 1:
         raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
     ncpu = os.cpu_count() or 1

@@ -48,10 +48,15 @@ def _handler(signum, frame):
 def _unraisable(hook):
     """``sys.unraisablehook``: our KeyboardInterrupt raised in a callback Python cannot raise
     from is owed again and re-sent, instead of printed as "Exception ignored" and lost."""
-    global _owed
+    global _owed, _quiet
     if isinstance(hook.exc_value, KeyboardInterrupt) and _received is not None:
-        _owed = True
-        _thread.interrupt_main(_received)      # our handler runs again at the next line
+        _quiet += 1                  # not raised in here, should the re-sent one come at once
+        try:
+            _owed = True
+            # from another thread: sent from here, it would run our handler in this hook
+            _thread.start_new_thread(_thread.interrupt_main, (_received,))
+        finally:
+            _quiet -= 1
         return
     _next_hook(hook)
 
