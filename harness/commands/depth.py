@@ -28,8 +28,8 @@ EXAMPLE = "harness depth --T 50 800 1000 2000 --d 512 --out reports/depth"
 
 
 FILES = ("depth.csv", "schedule.csv")
-MAX_P = 2**63 - 1                       # the scheduler's processor count is an int64
 MEASURED = ("timings.csv", "scaling.csv", "machine.csv")
+MAX_P = 2**63 - 1                       # the scheduler counts processors in an int64
 
 
 def add_arguments(p):
