@@ -280,6 +280,45 @@ def test_alignment_gradients_match_finite_differences(nonlinearity):
         assert np.abs(got.dS).max() <= 1e-12 * scale and np.abs(got.dWsa).max() <= 1e-12 * scale
 
 
+def make_additive_widths(seed, d_s, d_h, d_a=D_A, t_y=T_Y, t_x=T_X):
+    """Decoder states of width d_s, encoder states of width d_h: the lesson allows d_s != d_h."""
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(t_y, d_s)), rng.normal(size=(t_x, d_h)),
+            rng.normal(size=(d_a, d_s)), rng.normal(size=(d_a, d_h)), rng.normal(size=d_a))
+
+
+@pytest.mark.parametrize("d_s,d_h", [(2, 5), (6, 3), (1, 4)])
+@pytest.mark.parametrize("nonlinearity", ["tanh", None])
+def test_alignment_with_different_widths_matches_naive_and_finite_differences(d_s, d_h,
+                                                                               nonlinearity):
+    S, H, Wsa, Wha, va = args = make_additive_widths(40 + d_s, d_s, d_h)
+    dC = np.random.default_rng(41).normal(size=(T_Y, d_h))
+    close(at.alignment(*args, nonlinearity=nonlinearity), naive.alignment(*args, nonlinearity),
+          np.float64)
+    got = at.alignment_backward(*args, dC, nonlinearity=nonlinearity)
+    assert got.dS.shape == (T_Y, d_s) and got.dWsa.shape == (D_A, d_s)
+    assert got.dH.shape == (T_X, d_h) and got.dWha.shape == (D_A, d_h)
+
+    def loss():     # l = sum_i dC_i . c_i
+        return float((dC * (at.alignment(S, H, Wsa, Wha, va, nonlinearity) @ H)).sum())
+
+    num = [naive.numeric_grad(loss, arg) for arg in args]
+    scale = max(np.abs(n).max() for n in num)
+    for name, n in zip(("dS", "dH", "dWsa", "dWha", "dva"), num):
+        err = naive.rel_err(getattr(got, name), n, scale)
+        assert err <= FD_TOL, f"{name}: relative error {err:.2e}"
+
+
+def test_alignment_with_different_widths_names_the_width_that_does_not_fit():
+    S, H, Wsa, Wha, va = make_additive_widths(42, 2, 5)
+    with pytest.raises(ValueError, match=r"^Wha must have shape \(2, 5\).*got \(2, 2\)"):
+        at.alignment(S, H, Wsa, Wsa, va)                     # Wsa's d_s columns where H has d_h
+    with pytest.raises(ValueError, match=r"^Wsa must have shape \(d_a, 2\).*got \(2, 5\)"):
+        at.alignment(S, H, Wha, Wha, va)
+    with pytest.raises(ValueError, match=r"dC"):
+        at.alignment_backward(S, H, Wsa, Wha, va, np.ones((T_Y, 2)))   # dC is (T_y, d_h)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_alignment_routes_sum_to_the_gradient(dtype):
     S, H, Wsa, Wha, va = make_additive(25, dtype)

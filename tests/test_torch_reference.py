@@ -195,8 +195,8 @@ def test_tiled_attention_against_torch(proj, scale, causal, batched):
 @pytest.mark.parametrize("nonlinearity", ["tanh", None])
 def test_alignment_against_torch(nonlinearity):
     rng = np.random.default_rng(7)
-    T_y, T_x, d_h, d_a = 6, 5, 4, 3
-    arrays = [rng.normal(size=s) for s in ((T_y, d_h), (T_x, d_h), (d_a, d_h), (d_a, d_h), (d_a,))]
+    T_y, T_x, d_s, d_h, d_a = 6, 5, 2, 4, 3       # the decoder narrower than the encoder
+    arrays = [rng.normal(size=s) for s in ((T_y, d_s), (T_x, d_h), (d_a, d_s), (d_a, d_h), (d_a,))]
     dC = rng.normal(size=(T_y, d_h))
     S, H, Wsa, Wha, va = args = [t(a) for a in arrays]
     P = (S @ Wsa.T)[:, None, :] + (H @ Wha.T)[None, :, :]       # (T_y, T_x, d_a)

@@ -147,7 +147,8 @@ MISMATCH = [
     ("attention.backward", "A", True, lambda s: (s[0], s[1], s[2] + 1), f"({B}, {T}, {T})"),
     ("attention.backward", "dY", False, lambda s: (s[0], s[1] + 1), f"({T}, {D_V})"),
     ("attention.backward", "dY", True, lambda s: (s[0] + 1, s[1], s[2]), f"({B}, {T}, {D_V})"),
-    ("attention.alignment", "H", False, lambda s: (s[0], s[1] + 1), f"(T_x, {D_H - 1})"),
+    # H may be wider than S (d_h != d_s): then Wha's columns must follow H's width
+    ("attention.alignment", "Wha", False, lambda s: (s[0], s[1] + 1), f"({D_A}, {D_H - 1})"),
     ("attention.alignment", "Wsa", False, lambda s: (s[0], s[1] + 1), f"(d_a, {D_H - 1})"),
     ("attention.alignment", "Wha", False, lambda s: (s[0] + 1, s[1]), f"({D_A}, {D_H - 1})"),
     ("attention.alignment", "va", False, lambda s: (s[0] + 1,), f"({D_A},)"),
@@ -507,3 +508,111 @@ def test_smallest_accepted_values():
     assert len(clipping.clipping_experiment(rhos=(0.5,), T=3, d=1, seed=0, input_scale=0.0)) == 1
     gradpath.validate_config(dataclasses.replace(config.DECAY, Ts=(2,), ds=(1,), exact_max_d=0,
                                                  input_scales=(0.0,)))
+
+
+# ------------------------------------------------------ zero-stride (broadcast) inputs
+
+def _tr_params(kind, d, d_ff=4):
+    from harness.kernels import transformer as tr
+    rng = np.random.default_rng(6)
+    keys = tr.ENCODER_KEYS if kind == "encoder" else tr.DECODER_KEYS
+    return {k: rng.normal(size=tr._param_shape(k, d, d_ff)) * 0.3 for k in keys}
+
+
+def _wide(lead, d):
+    """A (lead..., d) broadcast of d values: zero strides on every leading axis."""
+    return np.broadcast_to(np.linspace(-0.5, 0.5, d), lead + (d,))
+
+
+def _broadcast_calls(lead):
+    """name -> (function, kwargs) with X (and what is shaped like it) broadcast to ``lead``."""
+    from harness.kernels import gru, linear_attention as la, lru, lstm, transformer as tr
+    d = 2
+    Hs = lambda n: _wide(lead, n)      # noqa: E731  (states, gradients: broadcast likewise)
+    rnn_w = dict(W_xh=np.ones((2, d)) * 0.1, W_hh=np.eye(2) * 0.5)
+    lstm_w = dict(W_ih=np.ones((8, d)) * 0.1, W_hh=np.ones((8, 2)) * 0.1)
+    gru_w = dict(W_ih=np.ones((6, d)) * 0.1, W_hh=np.ones((6, 2)) * 0.1)
+    la_w = dict(Wq=np.eye(d), Wk=np.eye(d), Wv=np.eye(d))
+    at_w = dict(Wq=np.eye(d), Wk=np.eye(d), Wv=np.eye(d))
+    lam, Bm = np.full(2, 0.5), np.ones((2, d)) * 0.1
+    return {
+        "rnn.forward": (rnn.forward, dict(X=_wide(lead, d), **rnn_w)),
+        "rnn.backward": (rnn.backward, dict(X=_wide(lead, d), H=Hs(2), dH=Hs(2), **rnn_w)),
+        "lru.forward": (lru.forward, dict(X=_wide(lead, d), lam=lam, B=Bm)),
+        "lru.forward-complex": (lru.forward, dict(X=_wide(lead, d) * (1 + 1j), lam=lam, B=Bm)),
+        "lru.backward": (lru.backward, dict(X=_wide(lead, d), H=Hs(2), lam=lam, B=Bm, dH=Hs(2))),
+        "lstm.forward": (lstm.forward, dict(X=_wide(lead, d), **lstm_w)),
+        "lstm.backward": (lstm.backward, dict(X=_wide(lead, d), H=Hs(2), C=Hs(2), dH=Hs(2), **lstm_w)),
+        "gru.forward": (gru.forward, dict(X=_wide(lead, d), **gru_w)),
+        "gru.backward": (gru.backward, dict(X=_wide(lead, d), H=Hs(2), dH=Hs(2), **gru_w)),
+        "attention.forward": (at.forward, dict(X=_wide(lead, d), **at_w)),
+        "attention.forward-tiled": (at.forward, dict(X=_wide(lead, d), return_weights=False, **at_w)),
+        "attention.backward": (at.backward, dict(X=_wide(lead, d), A=_wide(lead[:-1], lead[-1]),
+                                                 dY=Hs(d), **at_w)),
+        "attention.backward-tiled": (at.backward, dict(X=_wide(lead, d), A=_wide(lead[:-1], 1)[..., 0],
+                                                       dY=Hs(d), **at_w)),
+        "linear_attention.forward": (la.forward, dict(X=_wide(lead, d), **la_w)),
+        "linear_attention.backward": (la.backward, dict(X=_wide(lead, d), dY=Hs(d), **la_w)),
+        "transformer.encoder_layer": (tr.encoder_layer, dict(X=_wide(lead, d), heads=1,
+                                                            params=_tr_params("encoder", d))),
+        "transformer.decoder_layer_backward": (
+            tr.decoder_layer_backward, dict(X=_wide(lead, d), memory=_wide(lead, d), dY=Hs(d),
+                                            heads=1, params=_tr_params("decoder", d))),
+    }
+
+
+BROADCAST = list(_broadcast_calls((1, 1)))
+
+
+def _peak(fn, kw, exc=MemoryError):
+    """(message, bytes traced at the peak) of fn(**kw), which raises ``exc``."""
+    tracemalloc.start()
+    try:
+        msg = raises(exc, fn, kw)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return msg, peak
+
+
+@pytest.mark.parametrize("call", BROADCAST)
+def test_a_broadcast_input_too_big_to_copy_is_refused_by_name_before_any_copy(call):
+    # issue 27: a (1e5, 1e6, d) np.broadcast_to X gave numpy's unnamed MemoryError (from
+    # np.isfinite's temporary or the contiguous copy), or was copied before the check
+    fn, kw = _broadcast_calls((10 ** 5, 10 ** 6))[call]
+    msg, peak = _peak(fn, kw)
+    assert msg.startswith("a contiguous copy of X (shape (100000, 1000000, 2), a broadcast of 2 "
+                          "value(s), zero strides on axis 0, 1)"), msg
+    assert _needed(msg) >= 10 ** 11 * 2 * kw["X"].itemsize
+    assert peak < 2 ** 20, f"{peak:,} bytes allocated before the MemoryError"
+
+
+@pytest.mark.parametrize("call", ["rnn.forward", "lru.forward", "lstm.forward", "gru.forward",
+                                  "attention.forward-tiled", "linear_attention.forward",
+                                  "transformer.encoder_layer"])
+def test_a_broadcast_copy_is_counted_with_the_buffers_before_it_is_made(monkeypatch, call):
+    # X's copy alone fits; with the kernel's buffers it does not: refused before the copy
+    lead = (64, 2 ** 16)                                  # 64 MiB as a float64 copy (d = 2)
+    fn, kw = _broadcast_calls(lead)[call]
+    copy = kw["X"].size * kw["X"].itemsize
+    monkeypatch.setattr(validate, "available_memory_bytes", lambda: copy + 2 ** 20)
+    msg, peak = _peak(fn, kw)
+    assert msg.startswith("a contiguous copy of X (shape (64, 65536, 2)") and " with " in msg, msg
+    assert _needed(msg) > copy
+    assert peak < copy / 8, f"{peak:,} bytes allocated before the MemoryError"
+
+
+def test_a_strided_argument_too_big_to_copy_is_named():
+    big = np.broadcast_to(np.ones(3), (10 ** 6, 10 ** 6, 3))
+    with pytest.raises(MemoryError, match=r"^a contiguous copy of H \(shape \(1000000, 1000000, 3\)"):
+        validate.as_float_array("H", big, 3)
+    strided = np.ones((4, 2 ** 21))[:, ::2]               # 32 MiB copy, not broadcast
+    validate.check_memory(0, "")                          # nothing: fits the shortcut
+    with pytest.raises(MemoryError, match=r"^a contiguous copy of W \(shape \(4, 1048576\), "
+                                          r"not C-contiguous\) needs 33,554,432 bytes"):
+        validate.check_memory(40 * 2 ** 20, None, inputs=(("W", strided),)) if False else \
+            validate.check_memory(0, None, inputs=(("W", strided),)) or _force_small(strided)
+
+
+def _force_small(strided):
+    raise AssertionError("unreachable")

@@ -311,7 +311,7 @@ class AttentionGrads(NamedTuple):
 
 def _check_self(X, Wq, Wk, Wv, scale, causal):
     dtype = v.common_dtype("X", X)
-    X = v.as_float_array("X", X, (2, 3))
+    X = v.as_float_view("X", X, (2, 3))           # the caller copies it (if strided) once counted
     d_model = X.shape[-1]
     given = [w is not None for w in (Wq, Wk, Wv)]
     if any(given) and not all(given):
@@ -338,10 +338,10 @@ def _check_flag(name, value):
         raise TypeError(f"{name} must be True or False, got {value!r}.")
 
 
-def _grid_bytes(B, T, itemsize, n):
+def _grid_bytes(B, T, itemsize, n, inputs=()):
     nbytes = n * B * T * T * itemsize
     v.check_memory(nbytes, f"attention at T = {T}{f', B = {B}' if B > 1 else ''} "
-                           f"({n} T x T buffer{'s' if n > 1 else ''})")
+                           f"({n} T x T buffer{'s' if n > 1 else ''})", inputs=inputs)
 
 
 def tiled_bytes(B, T, d_model, d_k, d_v, itemsize, backward=False):
@@ -647,10 +647,13 @@ def forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False, return_weigh
     d_k = d_model if Wq is None else Wq.shape[1]
     d_v = d_model if Wv is None else Wv.shape[1]
     if return_weights:
-        _grid_bytes(B, T, X.itemsize, 1)
+        _grid_bytes(B, T, X.itemsize, 1, inputs=(("X", X),))
     else:
         v.check_memory(tiled_bytes(B, T, d_model, d_k, d_v, X.itemsize),
-                       f"tiled attention at T = {T}{f', B = {B}' if B > 1 else ''}")
+                       f"tiled attention at T = {T}{f', B = {B}' if B > 1 else ''}",
+                       inputs=(("X", X),))
+    X = v.contiguous("X", X)                         # a broadcast X: only now, and counted above
+    X3 = _batch3(X)
     Q, K, V = _project(X3, Wq, Wk, Wv)
     factor = 1.0 / math.sqrt(d_k) if scale else 1.0
     Qs, factor_s, _ = _score_range(Q, K, factor)
@@ -703,10 +706,13 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False, Y=None):
     d_v = d_model if Wv is None else Wv.shape[1]
     weights = np.ndim(A) == X.ndim                   # else L, one value per row
     if weights:
-        _grid_bytes(B + 1, T, X.itemsize, 1)         # A (copied if strided) and dS, before either
+        _grid_bytes(B + 1, T, X.itemsize, 1, inputs=(("X", X),))   # A (copied if strided) and dS
     else:
         v.check_memory(tiled_bytes(B, T, d_model, d_k, d_v, X.itemsize, backward=True),
-                       f"the tiled attention backward at T = {T}{f', B = {B}' if B > 1 else ''}")
+                       f"the tiled attention backward at T = {T}{f', B = {B}' if B > 1 else ''}",
+                       inputs=(("X", X),))
+    X = v.contiguous("X", X)                         # a broadcast X: only now, and counted above
+    X3 = _batch3(X)
     # weights in X's dtype; L in either float dtype (float64 from forward), held in float64
     A = v.as_float_array("A", A, (X.ndim, X.ndim - 1), X.dtype if weights else None)
     if A.shape not in (lead + (T,), lead):
@@ -804,9 +810,9 @@ def _alignment_grid_backward(Tn, va, dE, use_tanh, dPs, dPh, dva):
 
 
 class AlignmentGrads(NamedTuple):
-    dS: np.ndarray          # (T_y, d_h)
+    dS: np.ndarray          # (T_y, d_s)
     dH: np.ndarray          # (T_x, d_h) = dH_value + dH_score
-    dWsa: np.ndarray        # (d_a, d_h)
+    dWsa: np.ndarray        # (d_a, d_s)
     dWha: np.ndarray        # (d_a, d_h)
     dva: np.ndarray         # (d_a,)
     dH_value: np.ndarray    # route 1: h_j as a term of each c_i
@@ -814,19 +820,23 @@ class AlignmentGrads(NamedTuple):
 
 
 def _check_alignment(S, H, Wsa, Wha, va, nonlinearity):
+    # The decoder's width d_s and the encoder's d_h may differ: "las dos matrices tienen d_a
+    # filas cada una, y sus columnas son cosa de cada lado" (the additive-attention lesson).
     v.check_choice("nonlinearity", nonlinearity, NONLINEARITIES)
     dtype = v.common_dtype("S", S)
     S = v.as_float_array("S", S, 2)
-    d_h = S.shape[1]
+    d_s = S.shape[1]
     H = v.as_float_array("H", H, 2, dtype)
-    if H.shape[1] != d_h:
-        raise ValueError(f"H must have shape (T_x, {d_h}) to match S's d_h = {d_h}, got {H.shape}.")
+    d_h = H.shape[1]
     Wsa = v.as_float_array("Wsa", Wsa, 2, dtype)
-    if Wsa.shape[1] != d_h:
-        raise ValueError(f"Wsa must have shape (d_a, {d_h}), got {Wsa.shape}.")
+    if Wsa.shape[1] != d_s:
+        raise ValueError(f"Wsa must have shape (d_a, {d_s}) to match S's width d_s = {d_s}, "
+                         f"got {Wsa.shape}.")
     d_a = Wsa.shape[0]
     Wha = v.as_float_array("Wha", Wha, 2, dtype)
-    v.check_shape("Wha", Wha, (d_a, d_h))
+    if Wha.shape != (d_a, d_h):
+        raise ValueError(f"Wha must have shape ({d_a}, {d_h}): d_a = {d_a} rows as Wsa and H's "
+                         f"width d_h = {d_h} columns, got {Wha.shape}.")
     va = v.as_float_array("va", va, 1, dtype)
     v.check_shape("va", va, (d_a,))
     v.check_memory(S.shape[0] * H.shape[0] * (d_a + 2) * S.itemsize,
@@ -851,8 +861,9 @@ def _alignment(S, H, Wsa, Wha, va, use_tanh):
 def alignment(S, H, Wsa, Wha, va, nonlinearity="tanh"):
     """Bahdanau's additive alignment alpha (T_y, T_x), rows summing to 1.
 
-    S (T_y, d_h): row i is the decoder state that scores step i; H (T_x, d_h):
-    encoder states; Wsa, Wha (d_a, d_h); va (d_a,). nonlinearity=None is the
+    S (T_y, d_s): row i is the decoder state that scores step i; H (T_x, d_h):
+    encoder states (d_s and d_h may differ); Wsa (d_a, d_s), Wha (d_a, d_h); va (d_a,).
+    nonlinearity=None is the
     lesson's ablation without tanh, where every row comes out the same.
     """
     S, H, Wsa, Wha, va = _check_alignment(S, H, Wsa, Wha, va, nonlinearity)
