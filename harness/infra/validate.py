@@ -20,7 +20,18 @@ def as_float_array(name, x, ndims, dtype=None):
 
     ``ndims`` is an int or a tuple of allowed ndims. When ``dtype`` is given the
     array must already have it (mixed dtypes are an error, never a silent cast).
-    A non-contiguous input is copied, never written to.
+    A non-contiguous input is copied, never written to; the copy is checked against
+    the memory available first, naming ``name`` (see ``contiguous``).
+    """
+    return contiguous(name, as_float_view(name, x, ndims, dtype))
+
+
+def as_float_view(name, x, ndims, dtype=None):
+    """``as_float_array``'s checks without its copy: ``x`` as it came (a view, maybe strided).
+
+    Nothing of ``x``'s full size is allocated, so a wrapper can count the copy with its own
+    buffers (``check_memory(..., inputs=...)``) before ``contiguous`` makes it. A broadcast
+    input (zero strides, ``np.broadcast_to``) is checked finite on its distinct values only.
     """
     if isinstance(ndims, int):
         ndims = (ndims,)
@@ -52,9 +63,31 @@ def as_float_array(name, x, ndims, dtype=None):
         if n == 0:
             raise ValueError(f"{name} has a zero-length axis {axis} (shape {x.shape}); "
                              f"T and every width must be at least 1.")
-    if not np.isfinite(x).all():
-        bad = int(x.size - np.count_nonzero(np.isfinite(x)))
+    u = distinct(x)
+    if not np.isfinite(u).all():
+        bad = int(u.size - np.count_nonzero(np.isfinite(u))) * (x.size // u.size)
         raise ValueError(f"{name} holds {bad} NaN or inf value(s); every input must be finite.")
+    return x
+
+
+def distinct(x):
+    """``x`` without the repeats of its zero-stride axes (a view of the values it holds)."""
+    return x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)]
+
+
+def _describe_copy(name, x):
+    zero = [i for i, (st, n) in enumerate(zip(x.strides, x.shape)) if st == 0 and n > 1]
+    what = (f"a broadcast of {distinct(x).size:,} value(s), zero strides on axis "
+            f"{', '.join(map(str, zero))}" if zero else "not C-contiguous")
+    return f"a contiguous copy of {name} (shape {x.shape}, {what})"
+
+
+def contiguous(name, x, what=None):
+    """``x`` as a C-contiguous array; a copy (of a strided or broadcast view) is checked
+    against the memory available before it is made, and a refusal names ``name``."""
+    if x.flags.c_contiguous:
+        return x
+    check_memory(0, what, inputs=((name, x),))
     return np.ascontiguousarray(x)
 
 
@@ -142,14 +175,24 @@ def available_memory_bytes():
 _SMALL_BYTES = 64 * 2**20    # below this, reading /proc/meminfo costs more than it saves
 
 
-def check_memory(nbytes, what):
-    """Raise MemoryError before allocating ``nbytes`` that do not fit."""
+def check_memory(nbytes, what, inputs=()):
+    """Raise MemoryError before allocating ``nbytes`` that do not fit.
+
+    ``inputs``: (name, array) pairs from ``as_float_view`` not yet made contiguous; the
+    copies of those that are not count too, and the message names them first.
+    """
+    copies = [(n, a) for n, a in inputs if not a.flags.c_contiguous]
+    nbytes += sum(a.nbytes for _, a in copies)
     if nbytes <= _SMALL_BYTES:
         return
     avail = available_memory_bytes()
     if nbytes > avail:
+        parts = [_describe_copy(n, a) for n, a in copies] + ([what] if what else [])
+        hint = (f"pass {' and '.join(n for n, _ in copies)} with fewer rows (a broadcast input "
+                f"is copied whole: the kernels need C-contiguous arrays)" if copies else
+                "use a shorter sequence or a smaller batch")
         raise MemoryError(
-            f"{what} needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) but only "
-            f"{avail:,} bytes ({avail / 2**30:.2f} GiB) are available; "
-            f"use a shorter sequence or a smaller batch."
+            f"{' with '.join(parts)} needs {nbytes:,} bytes "
+            f"({nbytes / 2**30:.2f} GiB) but only {avail:,} bytes ({avail / 2**30:.2f} GiB) "
+            f"are available; {hint}."
         )

@@ -327,7 +327,7 @@ class GRUGrads(NamedTuple):
 
 def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
     dtype = v.common_dtype("X", X)
-    X = v.as_float_array("X", X, (2, 3))
+    X = v.as_float_view("X", X, (2, 3))           # copied (if strided) once its bytes are counted
     batched = X.ndim == 3
     B = X.shape[0] if batched else 1
     T, d_in = X.shape[-2:]
@@ -357,8 +357,9 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
         else:
             v.check_shape("h0", h0, (B, d_h))
     # H, the gates (3 d_h), W_hn h + b_hn, h_{t-1}, W_hh h_{t-1} (3 d_h) and dX, per step
-    v.check_memory(B * T * (9 * d_h + d_in) * X.itemsize, "the GRU's state and gate buffers")
-    return X, W_ih, W_hh, biases[0], biases[1], h0, batched
+    v.check_memory(B * T * (9 * d_h + d_in) * X.itemsize, "the GRU's state and gate buffers",
+                   inputs=(("X", X),))
+    return v.contiguous("X", X), W_ih, W_hh, biases[0], biases[1], h0, batched
 
 
 def _check_finite(A, what, where):

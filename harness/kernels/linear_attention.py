@@ -603,7 +603,7 @@ def _check(X, Wq, Wk, Wv, decay, gamma, w_a, b_a, normalize, method, chunk):
         raise TypeError(f"normalize must be True or False, got {normalize!r}.")
     chunk = v.check_int("chunk", chunk)
     dtype = v.common_dtype("X", X)
-    X = v.as_float_array("X", X, (2, 3))
+    X = v.as_float_view("X", X, (2, 3))           # copied (if strided) by _check_bytes, counted
     d_model = X.shape[-1]
     Wq = v.as_float_array("Wq", Wq, 2, dtype)
     if Wq.shape[1] != d_model:
@@ -766,7 +766,8 @@ def _n_chunks(p):
 
 
 def _check_bytes(p, backward):
-    """MemoryError, before allocating, if the method's buffers would not fit."""
+    """MemoryError, before allocating, if the method's buffers (and X's copy, if X is strided)
+    would not fit; else p with X C-contiguous."""
     B, T, d_model = p.X3.shape
     d_k, d_v = p.Wq.shape[0], p.Wv.shape[0]
     w = d_v + p.normalize
@@ -777,13 +778,17 @@ def _check_bytes(p, backward):
         n = 2 if backward else 1
         v.check_memory((n * T * T + rows) * item,
                        f"linear attention's parallel form at T = {T} ({n} T x T matri"
-                       f"{'ces' if n > 1 else 'x'}; method='chunked' or 'recurrent' needs none)")
+                       f"{'ces' if n > 1 else 'x'}; method='chunked' or 'recurrent' needs none)",
+                       inputs=(("X", p.X),))
     elif p.method == "chunked":
         v.check_memory((B * _n_chunks(p) * d_k * w + rows) * item,
                        f"linear attention's chunked form at T = {T}{f', B = {B}' if B > 1 else ''} "
-                       f"(one state per chunk of {p.chunk})")
+                       f"(one state per chunk of {p.chunk})", inputs=(("X", p.X),))
     else:
-        v.check_memory(rows * item, f"linear attention at T = {T}{f', B = {B}' if B > 1 else ''}")
+        v.check_memory(rows * item, f"linear attention at T = {T}{f', B = {B}' if B > 1 else ''}",
+                       inputs=(("X", p.X),))
+    X = v.contiguous("X", p.X)
+    return p._replace(X=X, X3=X if X.ndim == 3 else X[None])
 
 
 def _check_finite(name, a, what):
@@ -809,7 +814,7 @@ def forward(X, Wq, Wk, Wv, decay=None, gamma=None, w_a=None, b_a=None, normalize
     method gives the same Y up to rounding.
     """
     p = _check(X, Wq, Wk, Wv, decay, gamma, w_a, b_a, normalize, method, chunk)
-    _check_bytes(p, backward=False)
+    p = _check_bytes(p, backward=False)
     B, T, d_model = p.X3.shape
     d_k, d_v = p.Wq.shape[0], p.Wv.shape[0]
     w = d_v + p.normalize
@@ -849,7 +854,7 @@ def backward(X, Wq, Wk, Wv, dY, decay=None, gamma=None, w_a=None, b_a=None, norm
     dt = p.X.dtype
     dY = v.as_float_array("dY", dY, p.X.ndim, dt)
     v.check_shape("dY", dY, p.X.shape[:-1] + (d_v,))
-    _check_bytes(p, backward=True)
+    p = _check_bytes(p, backward=True)
     dY3 = dY if dY.ndim == 3 else dY[None]
     X2 = p.X3.reshape(B * T, d_model)
     f, kept_chunk = _features(p, X2, reuse=True)

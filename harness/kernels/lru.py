@@ -203,9 +203,10 @@ def _scan(H3, lam, h03, method, chunks, rev):
         _scan_chunked(H3, lam, wide, h03, rev, P, np.empty((P, d_h), dtype=H3.dtype))
 
 
-def _as_array(name, x, ndims, precision=None):
+def _as_array(name, x, ndims, precision=None, view=False):
     """``x`` as a C-contiguous float32/float64/complex64/complex128 array of an allowed ndim,
-    of ``precision`` (float32 or float64: complex64 goes with float32) when given."""
+    of ``precision`` (float32 or float64: complex64 goes with float32) when given; with
+    ``view``, as it came (its copy, if strided, left to ``v.contiguous`` once counted)."""
     if isinstance(x, np.ma.MaskedArray) or not isinstance(x, (np.ndarray, list, tuple)) \
             and not np.isscalar(x):
         return v.as_float_array(name, x, ndims)        # the shared refusal, named
@@ -219,9 +220,11 @@ def _as_array(name, x, ndims, precision=None):
         raise TypeError(f"{name} has dtype {x.dtype} but X is {precision}; mixed precisions are "
                         f"not accepted. Please pass {name}.astype(np.{want}).")
     if x.dtype in REAL:
-        return v.as_float_array(name, x, ndims, x.dtype)
-    v.as_float_array(name, np.abs(x.real) + np.abs(x.imag), ndims)   # ndim, empty axes, finite
-    return np.ascontiguousarray(x)
+        x = v.as_float_view(name, x, ndims, x.dtype)
+    else:                                             # ndim, empty axes, finite: on the distinct values
+        u = v.distinct(x)
+        v.as_float_view(name, np.abs(u.real) + np.abs(u.imag), ndims)
+    return x if view else v.contiguous(name, x)
 
 
 class LRUGrads(NamedTuple):
@@ -235,7 +238,7 @@ def _check(X, lam, B, h0, method, chunks):
     v.check_choice("method", method, METHODS)
     if chunks is not None:
         v.check_int("chunks", chunks)
-    X = _as_array("X", X, (2, 3))
+    X = _as_array("X", X, (2, 3), view=True)      # copied (if strided) once its bytes are counted
     prec = X.real.dtype
     batched = X.ndim == 3
     Bn = X.shape[0] if batched else 1
@@ -249,7 +252,9 @@ def _check(X, lam, B, h0, method, chunks):
         v.check_shape("h0", h0, (d_h,) if h0.ndim == 1 else (Bn, d_h))
     cplx = any(a is not None and a.dtype.kind == "c" for a in (X, lam, B, h0))
     dtype = COMPLEX[prec] if cplx else prec
-    v.check_memory(3 * Bn * T * (d_h + d_in) * dtype.itemsize, "the LRU's state and input buffers")
+    v.check_memory(3 * Bn * T * (d_h + d_in) * dtype.itemsize, "the LRU's state and input buffers",
+                   inputs=(("X", X),))
+    X = v.contiguous("X", X)
     h03 = np.zeros((Bn, d_h), dtype=dtype)
     if h0 is not None:
         h03[:] = h0                                   # a copy: h0 itself is never written

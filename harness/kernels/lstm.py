@@ -361,7 +361,7 @@ def _initial_state(name, s, batched, B, d_h, dtype):
 
 def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
     dtype = v.common_dtype("X", X)
-    X = v.as_float_array("X", X, (2, 3))
+    X = v.as_float_view("X", X, (2, 3))           # copied (if strided) once its bytes are counted
     batched = X.ndim == 3
     B = X.shape[0] if batched else 1
     T, d_in = X.shape[-2:]
@@ -383,8 +383,9 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
     h0 = _initial_state("h0", h0, batched, B, d_h, dtype)
     c0 = _initial_state("c0", c0, batched, B, d_h, dtype)
     # H, C, the gates (4 d_h), [x_t | h_{t-1}] and dX, per step of every sequence
-    v.check_memory(B * T * (7 * d_h + 2 * d_in) * X.itemsize, "the LSTM's state and gate buffers")
-    return X, W_ih, W_hh, b, babs, h0, c0, batched
+    v.check_memory(B * T * (7 * d_h + 2 * d_in) * X.itemsize, "the LSTM's state and gate buffers",
+                   inputs=(("X", X),))
+    return v.contiguous("X", X), W_ih, W_hh, b, babs, h0, c0, batched
 
 
 def _check_finite(A, what, where):

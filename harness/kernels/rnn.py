@@ -180,7 +180,7 @@ class RNNGrads(NamedTuple):
 def _check(X, W_xh, W_hh, b, h0, activation):
     v.check_choice("activation", activation, ACTIVATIONS)
     dtype = v.common_dtype("X", X)
-    X = v.as_float_array("X", X, (2, 3))
+    X = v.as_float_view("X", X, (2, 3))           # copied (if strided) once its bytes are counted
     batched = X.ndim == 3
     B = X.shape[0] if batched else 1
     T, d_in = X.shape[-2:]
@@ -204,8 +204,9 @@ def _check(X, W_xh, W_hh, b, h0, activation):
                 h0 = np.ascontiguousarray(np.broadcast_to(h0, (B, d_h)))
         else:
             v.check_shape("h0", h0, (B, d_h))
-    v.check_memory(2 * T * B * (d_h + d_in) * X.itemsize, "the RNN's state and input buffers")
-    return X, W_xh, W_hh, b, h0, batched
+    v.check_memory(2 * T * B * (d_h + d_in) * X.itemsize, "the RNN's state and input buffers",
+                   inputs=(("X", X),))
+    return v.contiguous("X", X), W_xh, W_hh, b, h0, batched
 
 
 def _check_finite(H, what):

@@ -982,13 +982,14 @@ def _copy_finite(src, dst):
 
 
 def _array(name, x, ndims, dtype=None):
-    """validate.as_float_array, with the finiteness pass left to _check_finite: an input that
+    """validate.as_float_view, with the finiteness pass left to _check_finite: an input that
     is already a C-contiguous ndarray of the dtype and ndim is returned as it is; any other
-    goes through validate.as_float_array, which converts it or names what is wrong."""
+    goes through validate.as_float_view, which converts it or names what is wrong. A strided
+    one stays a view: _check copies it once its bytes are counted with the layer's."""
     if (type(x) is np.ndarray and x.dtype in v.FLOAT_DTYPES and (dtype is None or x.dtype == dtype)
             and x.ndim in ndims and x.size > 0 and x.flags.c_contiguous):
         return x
-    return v.as_float_array(name, x, ndims, dtype)
+    return v.as_float_view(name, x, ndims, dtype)
 
 
 def _check_finite(named):
@@ -1025,10 +1026,11 @@ def _check_params(params, keys, d, dtype):
     for k in keys:
         want = _param_shape(k, d, d_ff)
         name = f"params[{k!r}]"
-        p[k] = a = _array(name, params[k], (len(want),), dtype)
+        a = _array(name, params[k], (len(want),), dtype)
         if a.shape != want:
             raise ValueError(f"{name} must have shape {want} (d_model = {d}, X's last axis; "
                              f"d_ff = {d_ff}, params['linear1.weight'].shape[0]), got {a.shape}.")
+        p[k] = v.contiguous(name, a)
     return p
 
 
@@ -1068,12 +1070,16 @@ def _check(kind, X, memory, params, heads, norm_first, activation, causal, tiled
         dY = dY.reshape((-1,) + dY.shape[-2:])
     X3 = X.reshape((-1,) + X.shape[-2:])
     L = _Layer(kind, X3, M3, p, heads, norm_first, activation, causal, tiled)
-    _check_memory(L)
+    named = [(n, a) for n, a in (("X", X3), ("memory", M3), ("dY", dY)) if a is not None]
+    _check_memory(L, named)
+    X3, M3, dY = (None if a is None else v.contiguous(n, a)
+                  for n, a in (("X", X3), ("memory", M3), ("dY", dY)))
     return L, X3, M3, dY, p
 
 
-def _check_memory(L):
-    """MemoryError, before anything is allocated, if the tape and the gradients will not fit."""
+def _check_memory(L, inputs=()):
+    """MemoryError, before anything is allocated, if the tape and the gradients (and the copies
+    of the strided ``inputs``, (name, array) pairs) will not fit."""
     N, M, d, d_ff, G = L.B * L.T, L.B * L.S, L.d, L.d_ff, L.B * L.H
     rows = N * (12 * d + 3 * d_ff) * len(L.stages) + M * 6 * d
     grid = 0
@@ -1083,7 +1089,8 @@ def _check_memory(L):
     nbytes = (rows + grid) * np.dtype(L.dtype).itemsize
     v.check_memory(nbytes, f"{'an' if L.kind == 'encoder' else 'a'} {L.kind} layer at T = {L.T}"
                            + (f", B = {L.B}" if L.B > 1 else "")
-                           + (", its attention weights stored (pass tiled=True)" if grid else ""))
+                           + (", its attention weights stored (pass tiled=True)" if grid else ""),
+                   inputs=inputs)
 
 
 def _check_outputs(named):
