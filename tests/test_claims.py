@@ -46,12 +46,14 @@ def _crossover(T, lo, hi, d=512):
                                             predicted_T=2 * d)])}
 
 
-def test_wall_time_claim_holds_only_when_the_interval_holds_d():
-    assert claims.wall_time_crosses_at_d(_crossover(1058, 957, 1106))["verdict"] == FAILS
-    assert claims.wall_time_crosses_at_d(_crossover(530, 480, 560))["verdict"] == HOLDS
-    row = claims.wall_time_crosses_at_d(_crossover(1058, 957, 1106))
+def test_big_product_finishes_first_holds_when_the_timed_crossover_lies_above_d():
+    big = claims.big_product_finishes_first
+    assert big(_crossover(1058, 957, 1106))["verdict"] == HOLDS       # faster up to 2.07 d
+    assert big(_crossover(530, 480, 560))["verdict"] == QUALIFIED      # the interval holds d
+    assert big(_crossover(400, 380, 450))["verdict"] == FAILS          # slower before T = d
+    row = big(_crossover(1058, 957, 1106))
     assert (row["low"], row["high"]) == (957 / 512, 1106 / 512)
-    assert claims.wall_time_crosses_at_d(_crossover(530, math.nan, math.nan))["verdict"] == FAILS
+    assert big(_crossover(530, math.nan, math.nan))["verdict"] == QUALIFIED
 
 
 def test_counts_cross_at_d():
@@ -243,3 +245,291 @@ def test_layer_crossover_is_where_the_quadratic_part_meets_the_rest():
     assert row["verdict"] == QUALIFIED and row["value"] == 50 / 8
     assert "only at T = 50 = 6.25·d" in row["measured"]
     assert claims.layer_quadratic_from_d(_layer_work(q=16, lin=160))["verdict"] == HOLDS   # T = 10
+
+
+# ----------------------------------------------------------------------------- every claim (#24)
+# Each rule below on a frame where it holds and on one where it does not, frames built by hand.
+
+def _v(fn, **frames):
+    return fn({k: pd.DataFrame(v) for k, v in frames.items()})["verdict"]
+
+
+def test_every_claim_has_the_lessons_words_and_a_row_in_lesson_order():
+    lessons = [fn.lesson for fn in claims.CLAIMS]
+    order = ["additive attention", "goodbye to recurrence", "self-attention"]
+    firsts = [next(i for i, l in enumerate(lessons) if l.startswith(o)) for o in order]
+    assert firsts == sorted(firsts) and firsts[0] == 0
+    mine = [fn for fn in claims.CLAIMS if fn.lesson in order]
+    assert all(claims.quote(fn) for fn in mine)
+    assert len(claims.CLAIMS) >= 45
+
+
+def test_unmeasured_rows_say_why():
+    for fn in (claims.additive_hand_weights, claims.projections_widget):
+        row = fn({})
+        assert row["verdict"] == claims.NOT_MEASURED and "not measured: " in row["measured"]
+
+
+def test_no_bias_rule():
+    def f(row_change, col_change):
+        return dict(additive_bias=[dict(draw=0, added="per-row constant", max_abs_change=row_change),
+                                   dict(draw=0, added="per-column constant", max_abs_change=col_change)])
+    assert _v(claims.additive_no_bias, **f(1e-16, 0.3)) == HOLDS
+    assert _v(claims.additive_no_bias, **f(1e-3, 0.3)) == FAILS
+
+
+def _widths(err, d_s=3, params=44):
+    return dict(additive_widths=[dict(d_s=5, d_h=5, d_a=4, params=params, fd_rel_err=1e-10),
+                                 dict(d_s=d_s, d_h=8, d_a=4, params=48, fd_rel_err=err)],
+                additive_figures=[dict(params=44)])
+
+
+def test_widths_and_param_count_rules():
+    assert _v(claims.additive_widths_differ, **_widths(1e-10)) == HOLDS
+    assert _v(claims.additive_widths_differ, **_widths(1e-3)) == FAILS
+    assert claims.additive_widths_differ({"additive_widths": pd.DataFrame(_widths(0, d_s=8)[
+        "additive_widths"][:1])})["verdict"] == claims.NOT_MEASURED
+    assert _v(claims.additive_param_count, **_widths(0)) == HOLDS
+    assert _v(claims.additive_param_count, **_widths(0, params=45)) == FAILS
+
+
+def _figures(**kw):
+    base = dict(params=44, mean_row_max=0.181, uniform=1 / 6, no_tanh_row_spread=5e-17,
+                value_norm=2.8303, score_norm=0.2556, value_over_score=11.07, fd_err_both=3e-10,
+                fd_err_value=0.16, fd_err_score=0.89)
+    return dict(additive_figures=[{**base, **kw}])
+
+
+def test_additive_figure_rules():
+    for fn, bad in ((claims.additive_no_tanh_same_rows, dict(no_tanh_row_spread=1e-3)),
+                    (claims.additive_untrained_uniform, dict(mean_row_max=0.25)),
+                    (claims.additive_routes_sum, dict(fd_err_value=0.01)),
+                    (claims.additive_routes_sum, dict(fd_err_both=1e-5)),
+                    (claims.additive_eleven_times, dict(value_over_score=8.0))):
+        assert _v(fn, **_figures()) == HOLDS
+        assert _v(fn, **_figures(**bad)) == FAILS
+
+
+def test_score_rows_rule():
+    ok = dict(draw=0, max_abs_row_sum=1e-10, max_abs_entry=0.5, formula_err=1e-10)
+    assert _v(claims.additive_score_rows_sum_to_zero, score_gradient_rows=[ok]) == HOLDS
+    assert _v(claims.additive_score_rows_sum_to_zero,
+              score_gradient_rows=[{**ok, "max_abs_row_sum": 0.1}]) == FAILS
+
+
+def _routes(att_slope):
+    rows = []
+    for k in range(10):
+        rows.append(dict(distance=k, route="attention", mean_log10_norm=-1 + att_slope * k,
+                         w_hh_products=0, draws=50))
+        rows.append(dict(distance=k, route="last state", mean_log10_norm=-0.2 * k,
+                         w_hh_products=k, draws=50))
+    return dict(encoder_routes=rows)
+
+
+def test_routes_skip_whh_rule():
+    assert _v(claims.additive_routes_skip_whh, **_routes(0.0)) == HOLDS
+    assert _v(claims.additive_routes_skip_whh, **_routes(-0.1)) == FAILS      # 0.9 decades
+
+
+def test_va_sharpens_rule():
+    def f(rm2, ratio2):
+        return dict(additive_routes=[dict(va_scale=0.5, row_max=0.18, value_over_score=11.0),
+                                     dict(va_scale=2.0, row_max=rm2, value_over_score=ratio2)])
+    assert _v(claims.additive_va_sharpens, **f(0.22, 2.6)) == HOLDS
+    assert _v(claims.additive_va_sharpens, **f(0.15, 2.6)) == FAILS
+    assert _v(claims.additive_va_sharpens, **f(0.22, 12.0)) == FAILS
+
+
+def _cost(tanh=60 * 60 * 64, grid=0, lo=9.0):
+    return dict(additive_cost=[dict(T_y=60, T_x=60, d=64, d_a=64, score="additive", projection_rows=120,
+                                    tanh_evaluations=tanh, pair_vectors=3600,
+                                    grid_matrix_products=grid, macs=0)],
+                additive_timing=[dict(T_y=60, T_x=60, d=64, d_a=64, additive_s=1.0, dot_s=0.1,
+                                      ratio=10.0, ratio_lo=lo, ratio_hi=12.0, rounds=9)])
+
+
+def test_cost_rules():
+    assert _v(claims.additive_cost_counts, **_cost()) == HOLDS
+    assert _v(claims.additive_cost_counts, **_cost(tanh=3600)) == FAILS
+    assert _v(claims.additive_no_big_product, **_cost()) == HOLDS
+    assert _v(claims.additive_no_big_product, **_cost(lo=0.9)) == QUALIFIED
+    assert _v(claims.additive_no_big_product, **_cost(grid=1)) == FAILS
+
+
+def test_input_half_rule():
+    def f(chain):
+        return dict(recurrence_halves=[dict(T=T, d=8, part="input", products=1, rows=T, chain=chain)
+                                       for T in (50, 100)]
+                    + [dict(T=T, d=8, part="recurrence", products=T, rows=T, chain=T) for T in (50, 100)])
+    assert _v(claims.input_half_parallel, **f(1)) == HOLDS
+    assert _v(claims.input_half_parallel, **f(2)) == FAILS
+
+
+def test_kv_shuffle_rule():
+    def f(kv, k_alone=0.5, x=1e-16):
+        return dict(kv_shuffle=[dict(draw=0, shuffled="K and V together", max_abs_change=kv),
+                                dict(draw=0, shuffled="K alone", max_abs_change=k_alone),
+                                dict(draw=0, shuffled="X, output unshuffled", max_abs_change=x)])
+    assert _v(claims.kv_shuffle_invariance, **f(1e-15)) == QUALIFIED
+    assert _v(claims.kv_shuffle_invariance, **f(1e-3)) == FAILS
+    assert _v(claims.kv_shuffle_invariance, **f(1e-15, x=0.2)) == FAILS
+
+
+def _work(att50=2_560_000, att_all50=41_881_600, att2000=4_096_000_000):
+    d = 512
+    rows = []
+    for T, att, att_all in ((50, att50, att_all50), (1000, 1_024_000_000,
+                                                      1_024_000_000 + 3 * 1000 * d * d),
+                            (2000, att2000, att2000 + 3 * 2000 * d * d)):
+        rows.append(dict(model="rnn", T=T, d=d, macs=2 * T * d * d, macs_all=2 * T * d * d))
+        rows.append(dict(model="attention", T=T, d=d, macs=att, macs_all=att_all))
+    return dict(depth=rows)
+
+
+def test_work_at_the_lessons_T_rules():
+    assert _v(claims.work_at_50, **_work()) == QUALIFIED                  # projections turn it
+    assert _v(claims.work_at_50, **_work(att_all50=2_560_000)) == HOLDS
+    assert _v(claims.work_at_50, **_work(att50=2_560_001)) == FAILS
+    assert _v(claims.work_at_1000_2000, **_work()) == HOLDS
+    assert _v(claims.work_at_1000_2000, **_work(att2000=3_000_000_000)) == FAILS
+
+
+def _shapes(params=(176, 176), err=1e-16, cols=9):
+    return dict(self_attention_shapes=[
+        dict(T=6, map_rows=6, map_cols=6, output_rows=6, params=params[0], row_sum_err=err),
+        dict(T=9, map_rows=9, map_cols=cols, output_rows=9, params=params[1], row_sum_err=err)])
+
+
+def test_shape_rules():
+    assert _v(claims.map_square_rows_one, **_shapes()) == HOLDS
+    assert _v(claims.map_square_rows_one, **_shapes(err=1e-3)) == FAILS
+    assert _v(claims.map_square_rows_one, **_shapes(cols=8)) == FAILS
+    assert _v(claims.params_without_T, **_shapes()) == HOLDS
+    assert _v(claims.params_without_T, **_shapes(params=(176, 200))) == FAILS
+
+
+def test_symmetry_rule():
+    ok = dict(draw=0, score_asymmetry=0.0, weight_asymmetry=0.2)
+    assert _v(claims.scores_symmetric_weights_not, unprojected_symmetry=[ok]) == HOLDS
+    assert _v(claims.scores_symmetric_weights_not,
+              unprojected_symmetry=[{**ok, "weight_asymmetry": 0.0}]) == FAILS
+
+
+def _diag(w1, w3, proj_rows=0):
+    return dict(attention_diagonal=[
+        dict(setting="no projections, length 1", rows=6, rows_max_on_diagonal=6, mean_self_weight=w1),
+        dict(setting="no projections, length 3", rows=6, rows_max_on_diagonal=6, mean_self_weight=w3),
+        dict(setting="with projections, length 1", rows=6, rows_max_on_diagonal=proj_rows,
+             mean_self_weight=0.16)])
+
+
+def test_diagonal_rules():
+    assert _v(claims.longer_closes_on_diagonal, **_diag(0.35, 0.99)) == HOLDS
+    assert _v(claims.longer_closes_on_diagonal, **_diag(0.35, 0.30)) == FAILS
+    assert _v(claims.length_one_nearly_even, **_diag(0.2, 0.99)) == HOLDS
+    assert _v(claims.length_one_nearly_even, **_diag(0.35, 0.99)) == QUALIFIED
+    assert _v(claims.length_one_nearly_even, **_diag(0.6, 0.99)) == FAILS
+    assert _v(claims.length_one_nearly_even, **_diag(0.2, 0.5)) == FAILS
+    assert _v(claims.projections_look_elsewhere, **_diag(0.35, 0.99)) == HOLDS
+    assert _v(claims.projections_look_elsewhere, **_diag(0.35, 0.99, proj_rows=6)) == FAILS
+
+
+def test_longest_takes_the_row_rule():
+    def f(longest):
+        return dict(unequal_lengths=[dict(draw=0, rows=5, rows_max_on_longest=longest,
+                                          rows_max_on_diagonal=5 - longest)])
+    assert _v(claims.longest_takes_the_row, **f(5)) == HOLDS
+    assert _v(claims.longest_takes_the_row, **f(3)) == QUALIFIED
+    assert _v(claims.longest_takes_the_row, **f(0)) == FAILS
+
+
+def test_unscaled_saturation_rule():
+    def f(top, pct=50.0):
+        return dict(row_max=[dict(d_k=8, scaled=False, row_max=0.68, draws=2000),
+                             dict(d_k=512, scaled=False, row_max=top, draws=2000)],
+                    row_max_lesson=[dict(d_k=8, scaled=False, percentile=7.0),
+                                    dict(d_k=512, scaled=False, percentile=pct)])
+    assert _v(claims.unscaled_saturates, **f(0.96)) == HOLDS
+    assert _v(claims.unscaled_saturates, **f(0.96, pct=99.0)) == QUALIFIED
+    assert _v(claims.unscaled_saturates, **f(0.90)) == FAILS
+
+
+def test_saturation_gradient_rule():
+    def f(u512, s512=-0.41):
+        return dict(softmax_jacobian=[
+            dict(d_k=8, scaled=False, median_norm=0.3, mean_log10_norm=-0.54, draws=2000),
+            dict(d_k=512, scaled=False, median_norm=0.05, mean_log10_norm=u512, draws=2000),
+            dict(d_k=8, scaled=True, median_norm=0.39, mean_log10_norm=-0.41, draws=2000),
+            dict(d_k=512, scaled=True, median_norm=0.39, mean_log10_norm=s512, draws=2000)])
+    assert _v(claims.saturation_gradient, **f(-1.88)) == HOLDS
+    assert _v(claims.saturation_gradient, **f(-0.9)) == FAILS
+    assert _v(claims.saturation_gradient, **f(-1.88, s512=-0.6)) == FAILS
+
+
+def test_readme_block_carries_the_quote_column():
+    t = pd.DataFrame([dict(claim="c", quote="las palabras", lesson="l", measured="m", value=1.0,
+                           low=math.nan, high=math.nan, verdict=HOLDS)])
+    md = claims.markdown(t)
+    assert "| c (l) | «las palabras» | **holds** | m |" in md
+
+
+# ----------------------------------------------------------------------------- linear attention
+
+LIN = "linear_attention"
+
+
+def _linear(diff=1e-15, rec=(59, 109, 209), par=(10, 10, 10), chk=(10, 11, 12), Ts=(50, 100, 200)):
+    methods = pd.DataFrame([dict(T=T, d=16, decay=dec, dtype="float64", methods=pair,
+                                 max_abs_diff=diff if (T, dec) == (65, "selective") else 1e-17,
+                                 max_abs_output=2.0)
+                            for T in (1, 65, 1000) for dec in ("none", "constant", "selective")
+                            for pair in ("recurrent/parallel", "recurrent/chunked")])
+    depth = pd.DataFrame([dict(model=m, T=T, d=512, span=s)
+                          for m, spans in ((LIN, rec), (f"{LIN}-parallel", par),
+                                           (f"{LIN}-chunked", chk)) for T, s in zip(Ts, spans)])
+    return {"linear_methods": methods, "depth": depth}
+
+
+def test_linear_recurrence_or_parallel_rule():
+    judge = claims.linear_recurrence_or_parallel
+    row = judge(_linear())
+    assert row["verdict"] == HOLDS and row["value"] == 1e-15 / 2.0
+    assert ("5.0e-16 of max |y| (recurrent/parallel, selective decay, T = 65)" in row["measured"]
+            and "from 59 to 209 operations (1.00 per position)" in row["measured"]
+            and "from 10 to 12 (0.0133 per position)" in row["measured"]
+            and "product's from 10 to 10" in row["measured"] and "T = 1 to 1,000" in row["measured"])
+    assert judge(_linear(diff=1e-9))["verdict"] == FAILS                   # not to rounding
+    assert judge(_linear(par=(10, 11, 12), chk=(10, 12, 14)))["verdict"] == FAILS   # not constant
+    assert judge(_linear(rec=(59, 80, 209)))["verdict"] == FAILS           # not steady per position
+    assert judge(_linear(rec=(20, 20, 20), chk=(10, 11, 12)))["verdict"] == FAILS   # not growing
+    assert judge(_linear(chk=(10, 60, 210)))["verdict"] == FAILS           # not shorter than the loop
+    assert judge(_linear(chk=(9, 11, 12)))["verdict"] == FAILS             # shorter than the product
+    with pytest.raises(KeyError):                                          # a form missing
+        judge({**_linear(), "depth": _linear()["depth"].query("model != @LIN")})
+
+
+def _spread(selective=0.53, constant=0.0, none=0.0, top=26.0):
+    rows = []
+    for s in (1.0, 4.0):
+        for dec, dd in (("none", none), ("constant", constant),
+                        ("selective", selective if s == 1.0 else top)):
+            for k in (16, 256):
+                rows.append(dict(input_scale=s, decay=dec, distance=k, log10_median=-1.9,
+                                 log10_p05=-2.2, log10_p95=-2.2 + dd, decades=dd if k == 256 else 0.0))
+    return {"linear_spread": pd.DataFrame(rows)}
+
+
+def test_selective_gate_rule():
+    judge = claims.selective_gate_depends_on_input
+    row = judge(_spread())
+    assert row["verdict"] == HOLDS and row["value"] == 0.53
+    assert ("at distance 256" in row["measured"] and "spans 0.53 decades" in row["measured"]
+            and "(10^-2.20 to 10^-1.67)" in row["measured"]
+            and "26.0 at input scale 4" in row["measured"]
+            and "none decay 0.00, constant decay 0.00" in row["measured"])
+    assert judge(_spread(selective=0.05))["verdict"] == FAILS              # no spread
+    assert judge(_spread(constant=0.2))["verdict"] == FAILS                # a constant that spreads
+    assert judge(_spread(none=1e-9))["verdict"] == FAILS
+    assert claims.claims_table({})["claim"].tolist()[-2:] == [
+        claims.linear_recurrence_or_parallel.text, claims.selective_gate_depends_on_input.text]

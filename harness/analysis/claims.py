@@ -30,7 +30,7 @@ from harness.report import numbers
 HOLDS, QUALIFIED, FAILS = "holds", "holds with a qualification", "does not hold"
 VERDICTS = (HOLDS, QUALIFIED, FAILS)
 NOT_MEASURED = "not measured"       # the verdict of a claim whose measurement is missing
-COLUMNS = ["claim", "lesson", "measured", "value", "low", "high", "verdict"]
+COLUMNS = ["claim", "quote", "lesson", "measured", "value", "low", "high", "verdict"]
 
 
 class MissingMeasurement(LookupError):
@@ -48,13 +48,19 @@ def _unmeasured(why, **claim):
     return _row(f"not measured: {why}", math.nan, NOT_MEASURED, **claim)
 
 
+def quote(fn):
+    """The lesson's own words (Spanish) for a registered claim: ``QUOTES[fn.__name__]``, ''
+    where none is written (``QUOTES`` sits after the claims it quotes)."""
+    return QUOTES.get(fn.__name__, "")
+
+
 def _claim(text, lesson, *frames):
     """Register a judge of the claim ``text`` of ``lesson``, which reads the report's ``frames``
     (CSV stems): the registered function returns the whole row (see ``COLUMNS``)."""
     def register(judge):
         @functools.wraps(judge)
         def row(f):
-            return {"claim": text, "lesson": lesson, **judge(f)}
+            return {"claim": text, "quote": quote(row), "lesson": lesson, **judge(f)}
         row.text, row.lesson, row.frames = text, lesson, frames
         return row
     return register
@@ -113,23 +119,6 @@ def counts_cross_at_d(f):
     ok = math.isfinite(T) and abs(T / d - 1) < 1e-9
     return _row(f"traced from the running code at d = {d}: they cross at T = {T:,.0f}",
                 T / d, HOLDS if ok else FAILS)
-
-
-@_claim("…so in time too, attention costs more than the RNN from T = d on",
-        "goodbye to recurrence (counts), timed here", "crossover")
-def wall_time_crosses_at_d(f):
-    """Timed, the forwards cross where the counts do, within the measurement's interval."""
-    cross = numbers.timed_crossover(f["crossover"])
-    row, T = cross.row, cross.T
-    how = "measured" if cross.measured else "extrapolated"
-    d = float(row.d)
-    lo, hi = float(row.measured_T_lo), float(row.measured_T_hi)
-    inside = math.isfinite(lo) and lo <= d <= hi
-    interval = f" (95 % interval {lo / d:.2f}–{hi / d:.2f}·d)" if math.isfinite(lo) else ""
-    return _row(f"timed on this machine, attention's forward (grid and mix) becomes the slower at "
-                f"T ≈ {T:,.0f} ({how}), {T / d:.2f}·d{interval}; the rates measured apart predict "
-                f"{float(row.predicted_T) / d:.2f}·d",
-                T / d, HOLDS if inside else FAILS, lo / d, hi / d)
 
 
 @_claim("Through W_hh the signal vanishes or explodes with the spectral radius",
@@ -361,12 +350,497 @@ def layer_quadratic_from_d(f):
                 + " multiplications", T_eq / d, verdict)
 
 
-CLAIMS = (depth_in_sequence, scan_parallelises, processors_change_nothing, attention_constant_stages,
-          counts_cross_at_d, wall_time_crosses_at_d, vanishing_with_radius, tanh_makes_it_worse,
-          clipping_stops_explosion_only, attention_one_factor, sqrt_dk,
-          diagonal_without_projections, additive_routes, gates_did_not_shorten,
-          gates_made_it_survivable, figure1_three_boxes_mix, heads_cost_is_flat,
-          layer_quadratic_from_d)
+# ----------------------------------------------------------------------------- every claim, in order
+# (issue #24) The rows below and the ones above, in the order the three lessons make them:
+# additive attention, then goodbye to recurrence, then self-attention (the course's order).
+ADD, BYE, SELF = "additive attention", "goodbye to recurrence", "self-attention"
+EXACT = 1e-12          # "no number changes": a difference within float64 rounding
+FD_OK = 1e-6           # a gradient agrees with central differences to this relative error
+
+
+def _mean_round(x, places):
+    return round(float(x), places)
+
+
+@_claim("The hand-set map: rows i and read take 0.74 and 0.81 from leí, row a leaves it 0.05", ADD)
+def additive_hand_weights(f):
+    """Weights the previous lesson set by hand and this one repeats: nothing computes them."""
+    return _unmeasured("the lesson says it set these weights by hand (\"los pesos siguen siendo los "
+                       "que puse yo a mano\"); no model or seed produces them")
+
+
+@_claim("The score needs no bias: a constant added to a whole row does not survive the softmax",
+        ADD, "additive_bias")
+def additive_no_bias(f):
+    """Adding one number to every score of a row changes no weight (to rounding); adding one per
+    column does, so the measurement can tell."""
+    b = f["additive_bias"]
+    row = b[b.added == "per-row constant"].max_abs_change
+    col = b[b.added == "per-column constant"].max_abs_change
+    ok = float(row.max()) < EXACT and float(col.min()) > 1e-6
+    return _row(f"over {len(row):,} draws a per-row constant changes no weight by more than "
+                f"{row.max():.1e}; a per-column one changes them by {col.min():.2f} to "
+                f"{col.max():.2f}" + ("" if ok else ": the row constant does change the weights"),
+                row.max(), HOLDS if ok else FAILS)
+
+
+@_claim("The alignment model has 2·d_a·d_h + d_a weights, whatever T_x and T_y", ADD,
+        "additive_widths", "additive_figures")
+def additive_param_count(f):
+    """The weights counted from the arrays the kernel's gradients fill equal the closed form at
+    equal widths (44 in the lesson's example), and do not involve the lengths."""
+    w = f["additive_widths"]
+    eq = w[w.d_s == w.d_h]
+    closed = 2 * eq.d_a * eq.d_h + eq.d_a
+    lesson = int(f["additive_figures"].params.iloc[0])
+    ok = bool((eq.params == closed).all()) and lesson == 44 and len(eq) > 0
+    r = eq.iloc[0]
+    return _row(f"{lesson} weights in the lesson's example (d_h = 5, d_a = 4; it prints 44); "
+                f"{int(r.params)} = 2·{int(r.d_a)}·{int(r.d_h)} + {int(r.d_a)} counted from the "
+                f"gradients, the same at every T", lesson, HOLDS if ok else FAILS)
+
+
+@_claim("The encoder's and the decoder's widths need not match", ADD, "additive_widths")
+def additive_widths_differ(f):
+    """The alignment and its backward run at d_s != d_h and agree with central differences."""
+    w = f["additive_widths"]
+    diff = w[w.d_s != w.d_h]
+    if not len(diff):
+        return _unmeasured("additive_widths.csv has no row with d_s ≠ d_h")
+    err = float(diff.fd_rel_err.max())
+    pairs = ", ".join(f"{int(r.d_s)}/{int(r.d_h)}" for r in diff.itertuples())
+    return _row(f"at decoder/encoder widths {pairs} the backward agrees with central differences "
+                f"to {err:.1e} (relative)", err, HOLDS if err < FD_OK else FAILS)
+
+
+@_claim("Without tanh every step gets the same row of weights", ADD, "additive_figures")
+def additive_no_tanh_same_rows(f):
+    """Without tanh the rows of alpha differ by rounding only ("iguales hasta el último
+    decimal")."""
+    spread = float(f["additive_figures"].no_tanh_row_spread.iloc[0])
+    return _row(f"in the lesson's example the 8 rows differ by at most {spread:.1e}", spread,
+                HOLDS if spread < EXACT else FAILS)
+
+
+@_claim("Each row of ∂ℓ/∂e sums to zero: raising one weight lowers the others", ADD,
+        "score_gradient_rows")
+def additive_score_rows_sum_to_zero(f):
+    """By central differences in the scores (not the lesson's formula), every row of dl/de sums
+    to zero within the differences' error, and the lesson's formula matches them."""
+    s = f["score_gradient_rows"]
+    rel = float((s.max_abs_row_sum / s.max_abs_entry).max())
+    formula = float(s.formula_err.max())
+    ok = rel < FD_OK and formula < FD_OK
+    return _row(f"over {len(s):,} draws the largest row sum is {rel:.1e} of the largest entry; the "
+                f"lesson's α_ij ∇c_i·(h_j − c_i) matches the differences to {formula:.1e}",
+                rel, HOLDS if ok else FAILS)
+
+
+@_claim("The attention routes to h_j skip the encoder's W_hh: their length does not grow as j "
+        "moves away", ADD, "encoder_routes")
+def additive_routes_skip_whh(f):
+    """With a tanh-RNN encoder under the alignment, dl/dx_j's attention route crosses no W_hh and
+    its size is flat in T_x - j (fitted slope within 0.3 decades over the sequence), while the
+    same gradient sent through the last state alone falls with the distance."""
+    r = f["encoder_routes"]
+    att = r[r.route == "attention"].sort_values("distance")
+    last = r[r.route == "last state"].sort_values("distance")
+    slope = float(np.polyfit(att.distance, att.mean_log10_norm, 1)[0])
+    span = int(att.distance.max())
+    drift = slope * span
+    no_whh = int(att.w_hh_products.max()) == 0
+    fall = float(last.mean_log10_norm.iloc[0] - last.mean_log10_norm.iloc[-1])
+    ok = no_whh and abs(drift) < 0.3
+    return _row(f"encoder of {span + 1} steps, {int(att.draws.iloc[0]):,} draws: the attention route "
+                f"crosses {int(att.w_hh_products.max())} W_hh products and moves {drift:+.2f} "
+                f"decades from distance 0 to {span}; sent through the last state alone the same "
+                f"gradient falls {fall:.1f} decades", drift, HOLDS if ok else FAILS)
+
+
+@_claim("The untrained map is nearly uniform: the largest weight of a row is about 0.18, "
+        "uniform being 0.167", ADD, "additive_figures")
+def additive_untrained_uniform(f):
+    """The lesson's example's mean row maximum rounds to 0.18 and lies above uniform."""
+    r = f["additive_figures"].iloc[0]
+    ok = _mean_round(r.mean_row_max, 2) == 0.18 and r.mean_row_max > r.uniform
+    return _row(f"mean of the rows' largest weights {r.mean_row_max:.3f}, uniform {r.uniform:.3f}",
+                r.mean_row_max, HOLDS if ok else FAILS)
+
+
+@_claim("The two routes summed match the numerical gradient to about 10^-10; each alone is "
+        "wrong in the first digit", ADD, "additive_figures")
+def additive_routes_sum(f):
+    """Against the lesson's own central differences: both routes within 1e-8, each alone off
+    by more than 0.1."""
+    r = f["additive_figures"].iloc[0]
+    ok = r.fd_err_both < 1e-8 and min(r.fd_err_value, r.fd_err_score) > 0.1
+    return _row(f"summed: {r.fd_err_both:.1e}; the value route alone {r.fd_err_value:.2f}, the "
+                f"score route alone {r.fd_err_score:.2f}", r.fd_err_both, HOLDS if ok else FAILS)
+
+
+@_claim("Untrained, the value route is eleven times the score route", ADD, "additive_figures")
+def additive_eleven_times(f):
+    """value_norm / score_norm rounds to 11."""
+    r = f["additive_figures"].iloc[0]
+    return _row(f"{r.value_norm:.4f} / {r.score_norm:.4f} = {r.value_over_score:.2f}",
+                r.value_over_score, HOLDS if round(r.value_over_score) == 11 else FAILS)
+
+
+@_claim("With va scaled to 2.0 the weights sharpen and the two norms come closer", ADD,
+        "additive_routes")
+def additive_va_sharpens(f):
+    """At va scale 2.0 against 0.5: a larger mean row maximum and a smaller value/score ratio."""
+    r = f["additive_routes"].set_index("va_scale")
+    if 0.5 not in r.index or 2.0 not in r.index:
+        return _unmeasured("additive_routes.csv lacks va scale 0.5 or 2.0")
+    a, b = r.loc[0.5], r.loc[2.0]
+    ok = b.row_max > a.row_max and b.value_over_score < a.value_over_score
+    return _row(f"va scale 0.5 → 2.0: mean row maximum {a.row_max:.3f} → {b.row_max:.3f}, value/score "
+                f"{a.value_over_score:.1f} → {b.value_over_score:.1f}", b.value_over_score,
+                HOLDS if ok else FAILS)
+
+
+@_claim("Scoring costs T_x + T_y projections but T_x·T_y sums, tanh and reads", ADD,
+        "additive_cost")
+def additive_cost_counts(f):
+    """Traced: the projection rows are T_x + T_y, the d_a-wide pair vectors T_x T_y and the
+    tanh evaluations T_x T_y d_a, at every size."""
+    c = f["additive_cost"]
+    a = c[c.score == "additive"]
+    ok = bool(((a.projection_rows == a.T_x + a.T_y) & (a.pair_vectors == a.T_x * a.T_y)
+               & (a.tanh_evaluations == a.T_x * a.T_y * a.d_a)).all()) and len(a) > 0
+    r = a.loc[a.T_x.idxmax()]
+    return _row(f"traced at {int(r.T_y)} × {int(r.T_x)} (d_a = {int(r.d_a)}): {int(r.projection_rows)} "
+                f"projections, {int(r.pair_vectors):,} pair vectors, {int(r.tanh_evaluations):,} "
+                f"tanh evaluations", r.pair_vectors, HOLDS if ok else FAILS)
+
+
+@_claim("None of the grid's operations is a large matrix product, which is what the hardware "
+        "does best", ADD, "additive_cost", "additive_timing")
+def additive_no_big_product(f):
+    """Traced, the additive grid makes no product whose output is the grid (the dot-product one
+    makes one); timed, it is slower than a dot-product grid of the same size, outside the
+    interval's reach of 1."""
+    c = f["additive_cost"]
+    add = int(c[c.score == "additive"].grid_matrix_products.max())
+    t = f["additive_timing"].iloc[0]
+    slower = t.ratio_lo > 1
+    verdict = (HOLDS if slower else QUALIFIED) if add == 0 else FAILS
+    return _row(f"traced, the additive grid makes {add} matrix products with the grid as output "
+                f"(the dot-product grid 1); timed at {int(t.T_y)} × {int(t.T_x)}, d = {int(t.d)}, "
+                f"it takes {t.ratio:.1f}× the dot-product grid's time (95 % interval "
+                f"{t.ratio_lo:.1f}–{t.ratio_hi:.1f}, {int(t.rounds)} interleaved rounds)",
+                t.ratio, verdict, t.ratio_lo, t.ratio_hi)
+
+
+@_claim("The input products W_xh x_t can all run at once; the recurrent ones wait", BYE,
+        "recurrence_halves")
+def input_half_parallel(f):
+    """Traced: the T input products are one product (a chain of 1) at every T; the recurrent
+    ones a chain of T."""
+    h = f["recurrence_halves"]
+    inp = h[h.part == "input"].set_index("T")
+    rec = h[h.part == "recurrence"].set_index("T")
+    ok = bool((inp.chain == 1).all() and (inp.rows == inp.index).all()
+              and (rec.chain == rec.index).all())
+    T = int(h["T"].max())
+    return _row(f"at T = {T:,}: the {int(inp.loc[T].rows):,} input products in a chain of "
+                f"{int(inp.loc[T].chain)}, the {int(rec.loc[T].rows):,} recurrent ones in a chain of "
+                f"{int(rec.loc[T].chain):,}", float(rec.loc[T].chain), HOLDS if ok else FAILS)
+
+
+@_claim("A big count that fits in one matrix product finishes before a small one split into T "
+        "waits", BYE, "crossover")
+def big_product_finishes_first(f):
+    """Attention does more multiplications than the RNN from T = d on; timed, it stays the
+    faster beyond T = d, up to the measured crossover: the claim holds where that crossover's
+    interval lies above d."""
+    cross = numbers.timed_crossover(f["crossover"])
+    row, T = cross.row, cross.T
+    how = "measured" if cross.measured else "extrapolated"
+    d = float(row.d)
+    lo, hi = float(row.measured_T_lo), float(row.measured_T_hi)
+    verdict = FAILS if not math.isfinite(T) or T <= d else (
+        HOLDS if math.isfinite(lo) and lo > d else QUALIFIED)
+    interval = f" (95 % interval {lo / d:.2f}–{hi / d:.2f}·d)" if math.isfinite(lo) else ""
+    return _row(f"timed on this machine, attention's forward (grid and mix) stays the faster until "
+                f"T ≈ {T:,.0f} ({how}), {T / d:.2f}·d{interval}, though from T = d on it does more "
+                f"multiplications; the rates measured apart predict "
+                f"{float(row.predicted_T) / d:.2f}·d", T / d, verdict, lo / d, hi / d)
+
+
+@_claim("Shuffle the rows of K and V and no number of the output changes", BYE, "kv_shuffle")
+def kv_shuffle_invariance(f):
+    """Shuffling K and V together changes no output (to rounding) while K alone does; shuffling X
+    shuffles the output the same way. The lesson also says the outputs 'shuffle the same':
+    with K and V alone nothing shuffles, so the row is qualified when both hold."""
+    s = f["kv_shuffle"].groupby("shuffled").max_abs_change
+    kv, k_alone, x = s.max()["K and V together"], s.min()["K alone"], s.max()["X, output unshuffled"]
+    ok = kv < EXACT and x < EXACT and k_alone > 1e-6
+    return _row(f"over {int(f['kv_shuffle'].draw.nunique()):,} draws: K and V shuffled together change "
+                f"the output by at most {kv:.1e} (nothing shuffles: the queries stay); K alone by at "
+                f"least {k_alone:.2f}; shuffling X shuffles the output the same way (error {x:.1e})",
+                kv, QUALIFIED if ok else FAILS)
+
+
+def _has_counts(d, Ts, width=512):
+    """The depth table counts the lesson's case: macs and macs_all at every T of ``Ts``, d = 512
+    (a depth table traced at other sizes, or without counts, cannot judge the printed figures)."""
+    return ({"d", "macs", "macs_all"} <= set(d.columns) and set(Ts) <= set(d["T"])
+            and bool((d.d == width).all()))
+
+
+def _work_at(d, T):
+    r = d[d["T"] == T].set_index("model")
+    return r.loc[RNN], r.loc[ATT]
+
+
+@_claim("At T = 50, d = 512: 26,214,400 multiplications against 2,560,000: ten times less work",
+        BYE, "depth")
+def work_at_50(f):
+    """Traced at T = 50: the RNN's 2 T d^2 against the grid and mix's 2 T^2 d, as the lesson
+    prints them; with attention's projections (3 T d^2) counted the ratio turns."""
+    d = f["depth"]
+    if not _has_counts(d, (50,)):
+        return _unmeasured("the depth table has no multiplication counts at T = 50, d = 512")
+    rnn, att = _work_at(d, 50)
+    ok = int(rnn.macs) == 26_214_400 and int(att.macs) == 2_560_000
+    verdict = (QUALIFIED if att.macs_all > rnn.macs_all else HOLDS) if ok else FAILS
+    return _row(f"traced: {int(rnn.macs):,} and {int(att.macs):,} ({rnn.macs / att.macs:.2f}× less); "
+                f"with the projections Q, K, V counted attention does {int(att.macs_all):,}, "
+                f"{att.macs_all / rnn.macs_all:.2f}× the RNN's {int(rnn.macs_all):,}",
+                rnn.macs / att.macs, verdict)
+
+
+@_claim("At T = 1,000 the grid costs 1.95 times the recurrence; at T = 2,000, 3.9", BYE, "depth")
+def work_at_1000_2000(f):
+    """Traced ratios attention/RNN of the lesson's parts at T = 1000 and 2000."""
+    d = f["depth"]
+    if not _has_counts(d, (1000, 2000)):
+        return _unmeasured("the depth table has no multiplication counts at T = 1,000 and 2,000, "
+                           "d = 512")
+    r1 = _work_at(d, 1000)
+    r2 = _work_at(d, 2000)
+    q1, q2 = r1[1].macs / r1[0].macs, r2[1].macs / r2[0].macs
+    a2 = r2[1].macs_all / r2[0].macs_all
+    ok = round(q1, 2) == 1.95 and round(q2, 1) == 3.9
+    return _row(f"traced: {int(r1[1].macs):,} against {int(r1[0].macs):,} ({q1:.2f}×), and {q2:.2f}× "
+                f"at T = 2,000 ({a2:.2f}× with attention's projections counted)", q2,
+                HOLDS if ok else FAILS)
+
+
+@_claim("With the projections on, the rows of the layer look at one another", SELF)
+def projections_widget(f):
+    """The widget's projections ("encendidas, la fila de están se va a buscar llaves")."""
+    return _unmeasured("the widget's projection weights are trained and the lesson does not print "
+                       "them (\"la fila de están se va a buscar llaves\")")
+
+
+@_claim("The map is square, T × T, and each row sums to 1", SELF, "self_attention_shapes")
+def map_square_rows_one(f):
+    s = f["self_attention_shapes"]
+    ok = bool(((s.map_rows == s["T"]) & (s.map_cols == s["T"])).all()
+              and s.row_sum_err.max() < EXACT)
+    return _row(f"at T = {', '.join(str(int(t)) for t in s['T'])}: maps "
+                + ", ".join(f"{int(r.map_rows)} × {int(r.map_cols)}" for r in s.itertuples())
+                + f", rows summing to 1 within {s.row_sum_err.max():.1e}",
+                s.row_sum_err.max(), HOLDS if ok else FAILS)
+
+
+@_claim("T does not appear in the count of the three matrices: at T = 9 the map is 9 × 9 and "
+        "the parameters do not move", SELF, "self_attention_shapes")
+def params_without_T(f):
+    s = f["self_attention_shapes"]
+    ok = s.params.nunique() == 1 and bool((s.output_rows == s["T"]).all())
+    return _row("parameters " + ", ".join(f"{int(r.params)} at T = {int(r.T)}" for r in s.itertuples())
+                + "; output rows " + ", ".join(str(int(o)) for o in s.output_rows),
+                float(s.params.max() - s.params.min()), HOLDS if ok else FAILS)
+
+
+@_claim("Without projections the score grid is symmetric; the weights are not", SELF,
+        "unprojected_symmetry")
+def scores_symmetric_weights_not(f):
+    s = f["unprojected_symmetry"]
+    ok = s.score_asymmetry.max() < EXACT and s.weight_asymmetry.min() > 1e-6
+    return _row(f"over {len(s):,} draws: |E − Eᵀ| at most {s.score_asymmetry.max():.1e}; |A − Aᵀ| "
+                f"from {s.weight_asymmetry.min():.3f} to {s.weight_asymmetry.max():.3f}",
+                s.weight_asymmetry.min(), HOLDS if ok else FAILS)
+
+
+@_claim("The longer the vectors, the more each row closes on its diagonal", SELF,
+        "attention_diagonal")
+def longer_closes_on_diagonal(f):
+    s = numbers.unprojected(f["attention_diagonal"])
+    w = s.mean_self_weight.to_numpy()
+    ok = len(w) >= 2 and bool(np.all(np.diff(w) > 0))
+    return _row("mean self-weight " + " → ".join(f"{x:.3f}" for x in w)
+                + " as the token length goes 1 → 3", w[-1] - w[0], HOLDS if ok else FAILS)
+
+
+@_claim("With tokens of unequal length, the longest vector takes the row", SELF, "unequal_lengths")
+def longest_takes_the_row(f):
+    """Share of the other rows whose largest weight is the longest token's: holds above 90 %,
+    qualified above half."""
+    u = f["unequal_lengths"]
+    share = float(u.rows_max_on_longest.sum() / u.rows.sum())
+    own = float(u.rows_max_on_diagonal.sum() / u.rows.sum())
+    verdict = HOLDS if share > 0.9 else (QUALIFIED if share > 0.5 else FAILS)
+    return _row(f"over {len(u):,} draws (lengths 1 to 3, random directions): the longest token takes "
+                f"{100 * share:.0f} % of the other rows; {100 * own:.0f} % keep their maximum on "
+                f"their own diagonal", share, verdict)
+
+
+@_claim("At length 1 a row spreads almost evenly; stretching the same vectors sends the own weight "
+        "up", SELF, "attention_diagonal")
+def length_one_nearly_even(f):
+    """Self-weight at length 1 against uniform 1/T: holds within 1.5/T, qualified within 3/T
+    (the diagonal still the largest), and the longer tokens' self-weight above 0.9."""
+    s = numbers.unprojected(f["attention_diagonal"])
+    T = int(s.rows.iloc[0])
+    w1, w3 = float(s.mean_self_weight.iloc[0]), float(s.mean_self_weight.iloc[-1])
+    if w3 <= 0.9:
+        verdict = FAILS
+    else:
+        verdict = HOLDS if w1 <= 1.5 / T else (QUALIFIED if w1 <= 3 / T else FAILS)
+    return _row(f"self-weight {w1:.3f} at length 1 (uniform {1 / T:.3f}: {w1 * T:.1f}× it), "
+                f"{w3:.3f} at length 3", w1 * T, verdict)
+
+
+@_claim("With two different readings of the matrix, positions start to look at each other", SELF,
+        "attention_diagonal")
+def projections_look_elsewhere(f):
+    s = f["attention_diagonal"]
+    proj = s[s.setting.str.startswith("with projections")]
+    if not len(proj):
+        return _unmeasured("attention_diagonal.csv has no projected setting")
+    p = proj.iloc[0]
+    ok = p.rows_max_on_diagonal < p.rows
+    return _row(f"with projections {int(p.rows_max_on_diagonal)} of {int(p.rows)} rows keep their "
+                f"maximum on the diagonal (mean self-weight {p.mean_self_weight:.3f})",
+                p.rows_max_on_diagonal / p.rows, HOLDS if ok else FAILS)
+
+
+@_claim("Unscaled, the largest weight of a row goes from 0.558 at d_k = 8 to 0.983 at 512: "
+        "saturated", SELF, "row_max", "row_max_lesson")
+def unscaled_saturates(f):
+    """Over the draws the unscaled mean row maximum passes 0.95 at the largest d_k, and the
+    lesson's single draws fall inside the distribution (2.5th to 97.5th percentile)."""
+    r = f["row_max"]
+    u = r[~r.scaled.astype(bool)].sort_values("d_k")
+    p = f["row_max_lesson"]
+    pu = p[~p.scaled.astype(bool)].set_index("d_k").percentile
+    top = float(u.row_max.iloc[-1])
+    inside = bool(((pu > 2.5) & (pu < 97.5)).all())
+    verdict = (HOLDS if inside else QUALIFIED) if top > 0.95 else FAILS
+    return _row(f"over {int(u.draws.iloc[0]):,} draws the mean goes {u.row_max.iloc[0]:.3f} → {top:.3f} "
+                f"(d_k = {int(u.d_k.iloc[0])} → {int(u.d_k.iloc[-1])}); the lesson's draws sit at the "
+                + " and ".join(f"{v:.0f}th" for v in pu) + " percentiles", top, verdict)
+
+
+@_claim("Saturation turns the gradient off, and dividing by √d_k keeps it", SELF, "softmax_jacobian")
+def saturation_gradient(f):
+    """The softmax's Jacobian (mean log10 of its norm over the draws): unscaled it falls by more
+    than a decade from the smallest d_k to the largest; scaled it moves less than 0.05."""
+    j = f["softmax_jacobian"]
+    u = j[~j.scaled.astype(bool)].sort_values("d_k")
+    s = j[j.scaled.astype(bool)].sort_values("d_k")
+    fall = float(u.mean_log10_norm.iloc[0] - u.mean_log10_norm.iloc[-1])
+    moved = float(abs(s.mean_log10_norm.iloc[-1] - s.mean_log10_norm.iloc[0]))
+    ok = fall > 1 and moved < 0.05
+    return _row(f"the softmax Jacobian's norm over {int(u.draws.iloc[0]):,} draws, d_k = "
+                f"{int(u.d_k.iloc[0])} → {int(u.d_k.iloc[-1])}: unscaled, median "
+                f"{u.median_norm.iloc[0]:.3f} → {u.median_norm.iloc[-1]:.3f} ({fall:.2f} decades "
+                f"down on average); scaled, {s.median_norm.iloc[0]:.3f} → "
+                f"{s.median_norm.iloc[-1]:.3f} ({moved:.3f} decades)", fall,
+                HOLDS if ok else FAILS)
+
+
+# the lesson's own words, in its language, for every row (claims.csv's quote column)
+QUOTES = {
+    "additive_hand_weights": "con pesos de 0.74 y 0.81. La de a, la siguiente, deja esa misma "
+                             "posición en 0.05",
+    "additive_no_bias": "El sesgo sobra porque sumaría el mismo número a toda la fila, y una "
+                        "constante por fila no sobrevive al softmax.",
+    "additive_param_count": "Cuenta los pesos: 2 d_a d_h + d_a. No aparece T_x, no aparece T_y",
+    "additive_widths_differ": "Nada de esto obliga además a que el encoder y el decoder midan lo "
+                              "mismo",
+    "additive_no_tanh_same_rows": "Los T_y pasos reciben la misma fila de pesos",
+    "additive_score_rows_sum_to_zero": "los pesos suman 1, así que subir uno es bajar los demás",
+    "additive_routes_skip_whh": "no multiplican por W^enc_hh ni una sola vez y su longitud no "
+                                "crece cuando j se aleja",
+    "additive_untrained_uniform": "el mayor peso de cada fila ronda 0.18 cuando el reparto "
+                                  "uniforme sería 0.167",
+    "additive_routes_sum": "sumadas, las dos rutas reproducen el gradiente numérico hasta el orden "
+                           "de 10^-10, y por separado cada una se equivoca en la primera cifra",
+    "additive_routes": "norma de la ruta del valor / de la puntuacion (2.8303, 0.2556)",
+    "additive_eleven_times": "la ruta del valor es once veces mayor que la de la puntuación",
+    "additive_va_sharpens": "Cambia la escala de va a 2.0 [...] los pesos se afilan y las dos "
+                            "normas se acercan",
+    "additive_cost_counts": "T_x + T_y productos—, pero la suma, el tanh y v_a hay que repetirlos "
+                            "T_x · T_y veces",
+    "additive_no_big_product": "ninguna de las operaciones que los producen es un producto de "
+                               "matrices grande",
+    "figure1_three_boxes_mix": "de las quince cajas, se iluminan tres",
+    "depth_in_sequence": "leerla son 800 pasos que ocurren uno después de otro",
+    "scan_parallelises": "la profundidad de la cadena [...] es T",
+    "processors_change_nothing": "comprar una máquina con 800 procesadores no cambia nada",
+    "input_half_parallel": "los T productos se pueden calcular a la vez [...] El primero sí espera",
+    "attention_constant_stages": "Tres operaciones en fila, y ese tres no se mueve cuando el texto "
+                                 "se alarga",
+    "vanishing_with_radius": "apaga la señal si su radio espectral es menor que 1 y la dispara si "
+                             "es mayor",
+    "tanh_makes_it_worse": "la saturación del tanh solo agrava lo primero",
+    "clipping_stops_explosion_only": "el recorte del gradiente frena la explosión pero no rescata "
+                                     "lo desvanecido",
+    "gates_did_not_shorten": "la LSTM [...] y la GRU [...] no acortaron ese camino",
+    "gates_made_it_survivable": "le abrieron una vía aditiva al lado para que sobreviviera el viaje",
+    "attention_one_factor": "delante lleva un solo factor: α_T1. Uno, no T−1",
+    "counts_cross_at_d": "se cruzan cuando T = d, y no antes",
+    "layer_quadratic_from_d": "La rejilla cuesta menos que la recurrencia mientras la frase mida "
+                              "menos que el modelo",
+    "big_product_finishes_first": "Una cuenta grande que cabe en un solo producto de matrices se "
+                                  "resuelve antes que una cuenta pequeña partida en T esperas.",
+    "kv_shuffle_invariance": "si barajas las filas de K y V, las salidas se barajan igual y ningún "
+                             "número cambia",
+    "work_at_50": "2 · 50 · 512² = 26 214 400 [...] 2 560 000 [...] Diez veces menos trabajo",
+    "work_at_1000_2000": "La razón entre los dos es 1 000/512 ≈ 1.95 [...] comprueba que sale 3.9",
+    "diagonal_without_projections": "Cada posición se daría a sí misma el peso más alto, en todas "
+                                    "las filas a la vez",
+    "projections_widget": "Encendidas, la fila de están se va a buscar llaves por encima de todo "
+                          "lo demás",
+    "map_square_rows_one": "A ∈ R^{T×T} es cuadrada [...] Cada fila sigue sumando 1",
+    "params_without_T": "Cambia T a 9 [...] la línea de los parámetros no se mueve",
+    "heads_cost_is_flat": "de repartir la anchura, d_k = d_model/h, sale que el coste no depende "
+                          "de h",
+    "scores_symmetric_weights_not": "la rejilla de puntuaciones es simétrica. Los pesos no lo son",
+    "longer_closes_on_diagonal": "cuanto mayor es r, más se cierra la fila sobre su diagonal",
+    "longest_takes_the_row": "la fila se la lleva entonces la posición cuyo vector sea más largo",
+    "length_one_nearly_even": "con longitud 1 la fila reparte casi por igual, y estirando los "
+                              "mismos vectores el peso propio se dispara",
+    "projections_look_elsewhere": "Con dos lecturas distintas de la misma matriz eso se acaba",
+    "unscaled_saturates": "con d_k = 8 el mayor peso de una fila se queda en 0.558, y [...] a "
+                          "d_k = 512 sube a 0.983",
+    "sqrt_dk": "Dividiendo entre √d_k el máximo también crece, pero despacio, de 0.330 a 0.486",
+    "saturation_gradient": "la saturación que apaga un reparto y el gradiente que se desvanece "
+                           "cuando lo atraviesa",
+}
+
+
+# In the order the lessons make them: additive attention, goodbye to recurrence, self-attention
+CLAIMS = (additive_hand_weights, additive_no_bias, additive_param_count, additive_widths_differ,
+          additive_no_tanh_same_rows, additive_score_rows_sum_to_zero, additive_routes_skip_whh,
+          additive_untrained_uniform, additive_routes_sum, additive_routes, additive_eleven_times,
+          additive_va_sharpens, additive_cost_counts, additive_no_big_product,
+          depth_in_sequence, scan_parallelises, processors_change_nothing,
+          figure1_three_boxes_mix, input_half_parallel, attention_constant_stages,
+          vanishing_with_radius, tanh_makes_it_worse, clipping_stops_explosion_only,
+          gates_did_not_shorten, gates_made_it_survivable, attention_one_factor,
+          counts_cross_at_d, layer_quadratic_from_d, big_product_finishes_first,
+          kv_shuffle_invariance, work_at_50, work_at_1000_2000,
+          diagonal_without_projections, projections_widget, map_square_rows_one, params_without_T,
+          heads_cost_is_flat, scores_symmetric_weights_not, longer_closes_on_diagonal,
+          longest_takes_the_row, length_one_nearly_even, projections_look_elsewhere,
+          unscaled_saturates, sqrt_dk, saturation_gradient)
 
 
 def claims_table(frames):
@@ -378,7 +852,7 @@ def claims_table(frames):
     for fn in CLAIMS:
         absent = [k for k in fn.frames if k not in frames]
         if absent:
-            rows.append({"claim": fn.text, "lesson": fn.lesson,
+            rows.append({"claim": fn.text, "quote": quote(fn), "lesson": fn.lesson,
                          **_unmeasured("this run has no " + ", ".join(f"{k}.csv" for k in absent))})
             continue
         try:
@@ -398,10 +872,13 @@ README_END = "<!-- claims: end -->"
 
 
 def markdown(table):
-    """The claims table as the README shows it: claim, verdict, what was measured."""
-    lines = [README_START, "", "| claim (lesson) | verdict | measured |", "|---|---|---|"]
+    """The claims table as the README shows it: claim (lesson), the lesson's own words, verdict,
+    what was measured."""
+    lines = [README_START, "", "| claim (lesson) | the lesson's words | verdict | measured |",
+             "|---|---|---|---|"]
     for r in table.itertuples():
-        lines.append(f"| {r.claim} ({r.lesson}) | **{r.verdict}** | {r.measured} |")
+        words = f"«{r.quote}»" if isinstance(r.quote, str) and r.quote else ""
+        lines.append(f"| {r.claim} ({r.lesson}) | {words} | **{r.verdict}** | {r.measured} |")
     return "\n".join(lines + ["", README_END])
 
 

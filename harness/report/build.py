@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from harness import models
-from harness.analysis import (claims, clipping, depth, figure1, gradpath, lessons, peakmem,
-                              schedule, walltime)
+from harness.analysis import (claims, clipping, depth, figure1, gradpath, lesson_checks, lessons,
+                              peakmem, schedule, walltime)
 from harness.infra import machine, signals, timing
 from harness.infra.config import REPORT
 from harness.infra.files import OutputSet, UsageError
@@ -115,11 +115,26 @@ def _sections(config, progress):
     yield ("maps", "Self-attention: the diagonal, projections and √d_k",
            {"attention_maps": maps, "attention_diagonal": lessons.diagonal_share(maps),
             "row_max": lessons.row_max_vs_dk(config.lessons),
-            "row_max_lesson": lessons.lesson_draw_percentiles(config.lessons)},
+            "row_max_lesson": lessons.lesson_draw_percentiles(config.lessons),
+            # the self-attention and goodbye-to-recurrence lessons' smaller claims (#24)
+            "self_attention_shapes": lesson_checks.self_attention_shapes(),
+            "unprojected_symmetry": lesson_checks.unprojected_symmetry(),
+            "unequal_lengths": lesson_checks.unequal_lengths(),
+            "softmax_jacobian": lesson_checks.softmax_jacobian(config.lessons),
+            "kv_shuffle": lesson_checks.kv_shuffle(),
+            "recurrence_halves": lesson_checks.recurrence_halves()},
            [("attention_maps", figures.figure_maps), ("row_max", figures.figure_row_max)])
     yield ("additive", "Additive attention: untrained map, no tanh, two gradient routes",
            {"additive_maps": lessons.additive_maps(),
-            "additive_routes": lessons.lesson_additive_routes(config.lessons.va_scales)},
+            "additive_routes": lessons.lesson_additive_routes(config.lessons.va_scales),
+            # the additive-attention lesson's other claims and printed figures (#24)
+            "additive_figures": lessons.lesson_additive_figures(),
+            "additive_bias": lesson_checks.additive_bias(),
+            "additive_widths": lesson_checks.additive_widths(),
+            "score_gradient_rows": lesson_checks.score_gradient_rows(),
+            "encoder_routes": lesson_checks.encoder_routes(),
+            "additive_cost": lesson_checks.additive_cost(),
+            "additive_timing": lesson_checks.additive_timing()},
            [("additive_maps", figures.figure_additive),
             ("additive_routes", figures.figure_routes)])
 
