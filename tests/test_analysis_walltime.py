@@ -120,18 +120,19 @@ def test_fit_exponents_fit_only_from_min_T():
             for T in (10, 30, 100, 300, 1000)]
     t = pd.DataFrame(rows)
     ex = walltime.fit_exponents(t, min_T=100).set_index("model")
-    assert ex.loc[ATTENTION, "exponent"] == pytest.approx(2.0, abs=1e-12)
-    assert ex.loc[RECURRENCE, "exponent"] == pytest.approx(1.0, abs=1e-12)
+    assert ex.loc[ATTENTION, "exponent"] == pytest.approx(2.0, abs=1e-6)     # the search's step
+    assert ex.loc[RECURRENCE, "exponent"] == pytest.approx(1.0, abs=1e-6)
+    assert ex.fixed_seconds.to_numpy() == pytest.approx([0, 0], abs=1e-12)
     assert (ex.T_min == 100).all() and (ex.T_max == 1000).all() and (ex.points == 3).all()
     assert ex.exponent_lo.isna().all() and ex.exponent_hi.isna().all()   # no rounds kept
     allT = walltime.fit_exponents(t, min_T=10).set_index("model")
-    assert allT.loc[ATTENTION, "exponent"] < 1.9 and (allT.points == 5).all()
+    assert abs(allT.loc[ATTENTION, "exponent"] - 2.0) > 0.01 and (allT.points == 5).all()
     t.attrs["samples"] = pd.DataFrame([dict(model=r["model"], T=r["T"], d=8, round=i,
                                             seconds=r["seconds"]) for r in rows for i in range(3)])
     same = walltime.fit_exponents(t, min_T=100, resamples=20).set_index("model")
     for m in (ATTENTION, RECURRENCE):
-        assert same.loc[m, "exponent_lo"] == pytest.approx(same.loc[m, "exponent"], abs=1e-9)
-        assert same.loc[m, "exponent_hi"] == pytest.approx(same.loc[m, "exponent"], abs=1e-9)
+        assert same.loc[m, "exponent_lo"] == pytest.approx(same.loc[m, "exponent"], abs=1e-6)
+        assert same.loc[m, "exponent_hi"] == pytest.approx(same.loc[m, "exponent"], abs=1e-6)
 
 
 def test_matmul_rates_from_their_own_timings():
@@ -168,10 +169,12 @@ def test_measure_wall_times_from_the_rounds():
     from harness import models
     cfg = dataclasses.replace(config.WALL, T_values=(4, 8), d=3, rounds=3, threads=1)
     names = list(models.variants())
-    fake = _FakeRounds(lambda k, n, r: (names.index(k) + 1) * 1e-3 * n * (1 + 0.5 * r))
+    fake = _FakeRounds(lambda k, n, r: (names.index(k[0]) + 1) * 1e-3 * k[1] / 4 * (1 + 0.5 * r))
     with mock.patch.object(walltime.timing, "time_interleaved", fake):
         t = walltime.measure_wall_times(cfg)
-    assert [c[1:] for c in fake.calls] == [(3, cfg.min_sample_s, 4), (3, cfg.min_sample_s, 8)]
+    # one interleaving of every (variant, T): a load that changes during the run hits every T
+    assert [c[1:] for c in fake.calls] == [(3, cfg.min_sample_s, cfg.seed)]
+    assert sorted(fake.calls[0][0]) == sorted((m, T) for m in names for T in (4, 8))
     assert list(zip(t.model, t["T"])) == [(m, T) for m in names for T in (4, 8)]
     for r in t.itertuples():
         n = 1 if r.T == 4 else 2
@@ -304,7 +307,7 @@ def _fake_calls(T, d, seed, dtype=np.float64):
 def test_measure_wall_times_intervals_at_seed_T_and_the_exact_mac_rate():
     cfg = dataclasses.replace(config.WALL, T_values=(5, 11), d=3, rounds=8, threads=1)
     names = list(models.variants())
-    fake = _FakeRoundsByRound(lambda k, r: (names.index(k) + 1) * 1e-4 * ROUNDS8[r])
+    fake = _FakeRoundsByRound(lambda k, r: (names.index(k[0]) + 1) * 1e-4 * ROUNDS8[r])
     with mock.patch.object(walltime.timing, "time_interleaved", fake), \
             mock.patch.object(walltime, "_calls", _fake_calls):
         t = walltime.measure_wall_times(cfg)
@@ -573,3 +576,71 @@ def test_matmul_rates_multiplies_inputs_drawn_at_the_config_seed():
     np.testing.assert_array_equal(got["W"], W)
     np.testing.assert_array_equal(got["h"], h)
     assert got["T"] == 4
+
+
+def _linear_rounds(seed, fixed_share, rounds=5, Ts=(128, 256, 512, 1024, 2048), sd=0.03,
+                   model=RECURRENCE, d=512):
+    """Rounds of a kernel whose time is exactly a + b T (a fixed_share of the time at the
+    smallest T), each round under its own load and each sample with its own noise."""
+    rng = np.random.default_rng(seed)
+    Ts = np.array(Ts, float)
+    a = fixed_share / (1 - fixed_share) * Ts[0] * 1e-6
+    y = (a + 1e-6 * Ts)[None] * np.exp(rng.normal(0, sd, (rounds, 1))) \
+        * np.exp(rng.normal(0, sd, (rounds, Ts.size)))
+    s = pd.DataFrame([dict(model=model, T=int(T), d=d, round=r, seconds=y[r, i])
+                      for r in range(rounds) for i, T in enumerate(Ts)])
+    t = s.groupby(["model", "T", "d"], as_index=False).seconds.median()
+    t.attrs["samples"] = s
+    return t
+
+
+def test_a_linear_kernel_with_a_fixed_cost_has_an_exponent_interval_holding_one():
+    # issue 27: the RNN's time is a + b T, yet a power law fitted over T = 128..2048, where
+    # a call's fixed cost is ~10-30 % of the smallest, gave [0.96, 0.99]. Over 20 draws of
+    # five rounds each (3 % noise per round and per sample), the fit of a + b T^p holds 1 in
+    # at least 18 of them (95 % of 20 is 19); a pure power law's interval, in none of them.
+    held = [walltime.fit_exponents(_linear_rounds(seed, 0.3), min_T=128, resamples=200)
+            .iloc[0] for seed in range(20)]
+    assert sum(r.exponent_lo <= 1.0 <= r.exponent_hi for r in held) >= 18
+    assert all(r.fixed_share == pytest.approx(0.3, abs=0.15) for r in held)
+    pure = [_power_law_interval(_linear_rounds(seed, 0.3)) for seed in range(20)]
+    assert not any(lo <= 1.0 <= hi for lo, hi in pure)
+
+
+def _power_law_interval(t):
+    """The interval the straight line in log-log gave (before issue 27)."""
+    grid = t.attrs["samples"].pivot(index="round", columns="T", values="seconds")
+    x = np.log(grid.columns.to_numpy(float))
+    rows = np.random.default_rng(512).integers(0, len(grid), size=(200, len(grid)))
+    y = np.log(np.median(grid.to_numpy()[rows], axis=1))                  # (200, T)
+    slopes = np.polyfit(x, y.T, 1)[0]
+    return tuple(np.quantile(slopes, [0.025, 0.975]))
+
+
+def test_exponent_interval_of_the_fixed_cost_fit_is_its_loop_twin():
+    t = _linear_rounds(7, 0.2, rounds=6)
+    row = walltime.fit_exponents(t, min_T=128, resamples=40).iloc[0]
+    s = t.attrs["samples"]
+    grid = s.pivot(index="round", columns="T", values="seconds")
+    Ts = grid.columns.to_numpy(float)
+    ps = []
+    for rows in np.random.default_rng(512).integers(0, 6, size=(40, 6)):   # seed = d
+        med = np.median(grid.to_numpy()[rows], axis=0)
+        ps.append(float(walltime.stats.offset_power_law(Ts, med)[0]))
+    assert (row.exponent_lo, row.exponent_hi) == pytest.approx(
+        tuple(np.quantile(ps, [0.025, 0.975])), rel=1e-9)
+    assert row.points == 5 and row.T_min == 128
+
+
+def test_the_wall_caption_states_the_fitted_model_and_its_fixed_cost():
+    from harness.report import captions
+    t = _linear_rounds(3, 0.25, rounds=6)
+    e = walltime.fit_exponents(t, min_T=128, resamples=200)
+    row = e.iloc[0]
+    w = t.assign(threads=1, rounds=6, seconds_per_step=t.seconds / t["T"])
+    text = captions.caption_wall({"wall_times": w, "exponents": e})
+    share = row.fixed_seconds / t.seconds.iloc[0]                 # the time at T = 128
+    assert (f"Exponents p of time = a + b·T^p, fitted for T = 128 to 2048 with a ≥ 0 a call's "
+            f"fixed cost; a is {share:.0%} of the RNN's time at T = 128, with 95 % intervals: "
+            f"rnn {row.exponent:.2f} [{row.exponent_lo:.2f}, {row.exponent_hi:.2f}].") in text
+    assert row.exponent_lo <= 1 <= row.exponent_hi

@@ -185,3 +185,36 @@ def test_power_law_recovers_its_exponent_over_a_narrow_range_of_large_T():
         slope, loga = fit.power_law(T, c * T ** p)
         assert slope == pytest.approx(p, rel=1e-7), (c, p)
         assert loga == pytest.approx(math.log(c), abs=1e-5), (c, p)
+
+
+# ------------------------------------------------- a fixed cost plus a power of T
+
+@pytest.mark.parametrize("a,b,p", [(1e-3, 2.6e-5, 1.0), (0.0, 1e-8, 2.0), (5e-4, 1e-6, 1.37),
+                                   (1e-2, 1e-9, 2.5), (0.0, 1e-6, 0.6)])
+def test_offset_power_law_recovers_the_fixed_cost_and_the_exponent(a, b, p):
+    T = np.array([32, 64, 128, 256, 512, 1024, 2048])
+    got = fit.offset_power_law(T, a + b * T.astype(float) ** p)
+    assert got == pytest.approx((p, a, b), rel=1e-6, abs=1e-6 * max(a, 1e-12))
+
+
+def test_offset_power_law_is_scipys_least_squares_on_the_relative_residuals():
+    from scipy.optimize import least_squares
+    T = np.array([128.0, 256, 512, 1024, 2048])
+    rng = np.random.default_rng(3)
+    ys = (3e-4 + 1e-6 * T) * np.exp(rng.normal(0, 0.05, size=(6, T.size)))   # six noisy curves
+    p, a, b = fit.offset_power_law(T, ys)                                     # all at once
+    assert p.shape == a.shape == (6,)
+    for i, y in enumerate(ys):
+        # a, b in units of the data; p free; a >= 0 as the fit's bound
+        res = least_squares(lambda z: 1 - (z[0] * 1e-4 + z[1] * 1e-6 * T ** z[2]) / y,
+                            x0=(1.0, 1.0, 1.0), bounds=([0, 0, 0.25], [np.inf, np.inf, 4]),
+                            xtol=1e-14, ftol=1e-14, gtol=1e-14)
+        assert (p[i], a[i], b[i]) == pytest.approx((res.x[2], res.x[0] * 1e-4, res.x[1] * 1e-6),
+                                                   rel=1e-4, abs=1e-9)
+
+
+def test_offset_power_law_is_nan_under_three_T_or_with_a_time_not_positive():
+    p, a, b = fit.offset_power_law([10, 20], [[1.0, 2.0]])
+    assert np.isnan(p).all() and np.isnan(a).all() and np.isnan(b).all()
+    p, _, _ = fit.offset_power_law([10, 20, 40], [[1.0, 2.0, 4.0], [1.0, 0.0, 4.0], [1, np.nan, 4]])
+    assert p[0] == pytest.approx(1.0, abs=1e-6) and np.isnan(p[1:]).all()

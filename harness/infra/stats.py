@@ -42,6 +42,66 @@ def power_law(T, seconds):
     return p, float(ym - p * xm)
 
 
+P_GRID = np.linspace(0.25, 4.0, 151)    # exponents tried by ``offset_power_law``: steps of 0.025
+_REFINE = 30                            # golden-section steps about the best of the grid
+
+
+def _solve_ab(suu, su, suv, sv, svv):
+    """(a, b, sse) minimising sum (1 - a u - b v)^2 from its sums, a clipped at 0."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        det = suu * svv - suv * suv
+        a = (su * svv - sv * suv) / det
+        b = (suu * sv - suv * su) / det
+        clip = ~(a >= 0)                                          # fixed cost 0: b alone
+        a, b = np.where(clip, 0.0, a), np.where(clip, sv / svv, b)
+        sse = a * a * suu + 2 * a * b * suv + b * b * svv - 2 * (a * su + b * sv)
+    return a, b, np.where(np.isfinite(sse) & (b > 0), sse, np.inf)
+
+
+def offset_power_law(T, seconds):
+    """(p, a, b): seconds = a + b T^p with a >= 0 (a call's fixed cost) and b > 0, fitted by
+    least squares on the relative residuals (seconds - fit) / seconds.
+
+    ``seconds`` is (..., n), one fit per leading index (the bootstrap's resamples at once),
+    over the n values of ``T``. For a given p the best (a, b) is a 2 x 2 linear solve (a
+    clipped at 0); p is the best of ``P_GRID``, refined by golden-section search between
+    its two neighbours. Each result is (...,); NaN where a row holds a time that is not
+    positive and finite, or T has fewer than 3 distinct values (``power_law`` then).
+    """
+    T = np.asarray(T, dtype=float)
+    y = np.asarray(seconds, dtype=float)
+    ok = np.all(np.isfinite(y) & (y > 0), axis=-1)
+    if np.unique(T).size < 3 or not (T > 0).all():
+        nan = np.full(y.shape[:-1], np.nan)
+        return nan, nan.copy(), nan.copy()
+    u = 1.0 / np.where(ok[..., None], y, 1.0)                     # (..., n): 1 / seconds
+    uu = u * u
+    suu, su = uu.sum(axis=-1), u.sum(axis=-1)                     # (...,)
+    Tp = T[None, :] ** P_GRID[:, None]                            # (m, n)
+    _, _, sse = _solve_ab(suu[..., None], su[..., None], uu @ Tp.T, u @ Tp.T, uu @ (Tp * Tp).T)
+    k = np.argmin(sse, axis=-1)                                   # (...,): the grid's best
+
+    def fit_at(p):                                                # p (...,) -> a, b, sse
+        Tq = T ** p[..., None]
+        return _solve_ab(suu, su, (uu * Tq).sum(-1), (u * Tq).sum(-1), (uu * Tq * Tq).sum(-1))
+    lo = P_GRID[np.maximum(k - 1, 0)]
+    hi = P_GRID[np.minimum(k + 1, P_GRID.size - 1)]
+    g = (math.sqrt(5) - 1) / 2
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    f1, f2 = fit_at(x1)[2], fit_at(x2)[2]
+    for _ in range(_REFINE):
+        left = f1 <= f2                                           # the minimum is in [lo, x2]
+        hi, lo = np.where(left, x2, hi), np.where(left, lo, x1)
+        x1n, x2n = hi - g * (hi - lo), lo + g * (hi - lo)
+        fn = fit_at(np.where(left, x1n, x2n))[2]
+        x1, x2 = np.where(left, x1n, x2), np.where(left, x1, x2n)
+        f1, f2 = np.where(left, fn, f2), np.where(left, f1, fn)
+    p = (lo + hi) / 2
+    a, b, s = fit_at(p)
+    good = ok & np.isfinite(s) & np.isfinite(np.take_along_axis(sse, k[..., None], -1)[..., 0])
+    return tuple(np.where(good, z, np.nan) for z in (p, a, b))
+
+
 def log_crossing(Ts, gap):
     """The first T where ``gap`` turns from negative to >= 0, linear in log T between the two
     samples that bracket it; NaN when it never does, or is already >= 0 at the first T."""

@@ -197,6 +197,13 @@ def caption_wall(f):
         return f" [{row.exponent_lo:.2f}, {row.exponent_hi:.2f}]" if pd.notna(row.exponent_lo) else ""
 
     fits = ", ".join(f"{m} {exp(m):.2f}{interval(m)}" for m in e.model.drop_duplicates())
+    what = "Fitted exponents of time against T"
+    if "fixed_seconds" in e and e.T_min.notna().any():     # walltime.fit_exponents: a + b T^p
+        rnn = e[e.model == RNN]
+        share = (f"; a is {rnn.fixed_share.iloc[0]:.0%} of the RNN's time at T = "
+                 f"{int(rnn.T_min.iloc[0])}" if len(rnn) and pd.notna(rnn.fixed_share.iloc[0]) else "")
+        what = (f"Exponents p of time = a + b·T^p, fitted for T = {int(e.T_min.min())} "
+                f"to {int(e.T_max.max())} with a ≥ 0 a call's fixed cost{share}")
     rounds = int(w["rounds"].iloc[0]) if "rounds" in w else 1
     floor = ""
     rates = f.get("rates")
@@ -205,7 +212,7 @@ def caption_wall(f):
                  f"{rates.noise_floor.iloc[0]:.1%}; differences inside it are not a ranking.")
     return (f"Forward wall time on this machine ({n} thread{'s' if n > 1 else ''}, d = "
             f"{int(w.d.iloc[0])}; the median of {rounds} interleaved rounds, bars its 95 % "
-            f"interval). Fitted exponents of time against T, with 95 % intervals: {fits}. The RNN "
+            f"interval). {what}, with 95 % intervals: {fits}. The RNN "
             f"takes {r.seconds_per_step.median() * 1e6:.1f} µs per step (median over T).{floor}")
 
 
