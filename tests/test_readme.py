@@ -78,7 +78,7 @@ def test_readme_wall_time_crossover_from_the_raw_rounds():
     cross = math.exp(math.log(Ts[i - 1]) + (-gap[i - 1] / (gap[i] - gap[i - 1]))
                      * math.log(Ts[i] / Ts[i - 1]))
     d = int(w.d.iloc[0])
-    row = _claim("…so in time too")
+    row = _claim("A big count that fits in one matrix product")
     assert f"{cross / d:.2f}·d" in row.measured
     assert row.low <= cross / d <= row.high
 

@@ -31,7 +31,7 @@ def powers(escaped):
 
 
 def claims_table_html(table):
-    view = table[["claim", "lesson", "verdict", "measured"]]
+    view = table[[c for c in ("claim", "quote", "lesson", "verdict", "measured") if c in table]]
     return powers(view.to_html(index=False, escape=True, classes="table claims"))
 
 
