@@ -14,15 +14,23 @@ for the interpreter's shutdown to do.
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 
 _early = []
 
 
 def _record(signum, frame):
     _early.append(signum)          # before harness.infra.signals is loaded: said at the start
+
+
+# The executable's first lines, run as this module loads (before main() is even looked up):
+# from here on a signal is recorded. Only the executable imports this module. Before it,
+# while Python starts (site, the package's __init__), a signal is still Python's own.
+for _s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_s, _record)
+
+import os  # noqa: E402
+import sys  # noqa: E402
 
 
 def _exit_status(code):
@@ -34,8 +42,6 @@ def _exit_status(code):
 
 
 def main():
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, _record)
     from harness.infra import signals
     signals.hold_for_process(_early)
     from harness import cli

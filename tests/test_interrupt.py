@@ -168,16 +168,21 @@ COMMANDS = {
 LAST_LINE = {"decay": "wrote ", "depth": "harness depth: ", "compare": "wrote ", "report": "wrote "}
 
 
-def kill_at(argv, out, when, sig, after="progress", env=None):
+HARNESS = [sys.executable, "-m", "harness"]
+SCRIPT = [str(Path(sys.executable).with_name("harness"))]      # the console script pip made
+
+
+def kill_at(argv, out, when, sig, after="progress", env=None, entry=HARNESS):
     """Run ``harness argv --out out`` and send ``sig`` ``when`` seconds after a moment: the
     process's start (``after="start"``: while the command line and its libraries load), its
     first progress line (``"progress"``: its handlers are in place by then, whatever the
     machine's load) or the last line of its output (``"output"``: every file is in place,
     the process is on its way out). ``sig`` None: send nothing (the process signals itself).
+    ``entry``: how the executable is started (``python -m harness``, or ``SCRIPT``).
     (rc, stderr)."""
     import threading
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "harness", *argv, "--out", str(out)],
+    p = subprocess.Popen([*entry, *argv, "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          cwd=ROOT)
     lines, started, done = [], threading.Event(), threading.Event()
@@ -238,44 +243,108 @@ EXPECTED = {"decay": {"decay.csv", "decay_summary.csv", "decay_clipping.csv", "d
             "report": {"index.html"}}
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signals_end_cleanly(tmp_path, command, sig):
-    """One signal per (command, signal) here, at once or 1.5 s in; ``tests/stress_signals.py``
-    sends hundreds at spread-out times."""
-    out = tmp_path / "run" / "out"
-    out.parent.mkdir()
-    rc, err = kill_at(COMMANDS[command], out, 0.0 if sig == signal.SIGTERM else 1.5, sig)
-    check_outcome(rc, err, out, sig, EXPECTED[command], command)
+def test_signals_end_cleanly(tmp_path):
+    """One signal per (command, signal) here, at once or 1.5 s after the first progress line,
+    eight processes two at a time; ``tests/stress_signals.py`` sends hundreds at spread-out
+    times."""
+    runs = [(COMMANDS[c], s, 0.0 if s == signal.SIGTERM else 1.5, "progress", None, HARNESS)
+            for c in sorted(COMMANDS) for s in (signal.SIGTERM, signal.SIGINT)]
+    for (argv, sig, *_), rc, err, out in _in_pairs(tmp_path, runs):
+        command = argv[0]
+        check_outcome(rc, err, out, sig, EXPECTED[command], command)
 
 
 SMALL = {"decay": ["decay", "--T", "30", "--d", "5", "--rho", "0.9"],
          "depth": ["depth", "--T", "50", "--d", "8", "--schedule-T", "50", "--no-measure"]}
 
 
-@pytest.mark.parametrize("command", sorted(SMALL))
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_after_the_output_is_complete_still_ends_in_the_message(tmp_path, command, sig):
-    """Once the output is in place the process still has to exit; Python's shutdown puts the
-    default handlers back and would die by the signal (-15, -2), with no message."""
-    for i, when in enumerate((0.0, 0.02, 0.05)):
+def _in_pairs(tmp_path, runs):
+    """Each of ``runs`` (argv, sig, when, after, env, entry: ``kill_at``'s) in a process of its
+    own, two at a time (the machine's two cores); [(run, rc, stderr, out)] in the order given."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i):
+        argv, sig, when, after, env, entry = runs[i]
         out = tmp_path / f"run{i}" / "out"
         out.parent.mkdir()
-        rc, err = kill_at(SMALL[command], out, when, sig, after="output")
+        rc, err = kill_at(argv, out, when, sig, after=after, env=env, entry=entry)
+        return runs[i], rc, err, out
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(one, range(len(runs))))
+
+
+def test_a_signal_after_the_output_is_complete_still_ends_in_the_message(tmp_path):
+    """Once the output is in place the process still has to exit; Python's shutdown puts the
+    default handlers back and would die by the signal (-15, -2), with no message. Each command
+    and signal once, at 0, 20 or 50 ms after the last line (six processes, two at a time)."""
+    runs = [(SMALL[c], s, when, "output", None, HARNESS)
+            for c, s, when in (("decay", signal.SIGTERM, 0.0), ("decay", signal.SIGINT, 0.02),
+                               ("decay", signal.SIGTERM, 0.05), ("depth", signal.SIGINT, 0.0),
+                               ("depth", signal.SIGTERM, 0.02), ("depth", signal.SIGINT, 0.05))]
+    for (argv, sig, *_), rc, err, out in _in_pairs(tmp_path, runs):
+        command = argv[0]
         check_outcome(rc, err, out, sig, {"decay": EXPECTED["decay"],
                                           "depth": {"depth.csv", "schedule.csv"}}[command],
                       command)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_while_the_command_line_loads_ends_in_the_message(tmp_path, sig):
-    """Before the command runs (NumPy, pandas and Numba loading): the message too, not a
-    traceback (SIGINT) or a death by the signal (SIGTERM)."""
-    for i, when in enumerate((0.3, 0.6, 1.0)):
-        out = tmp_path / f"run{i}" / "out"
-        out.parent.mkdir()
-        rc, err = kill_at(SMALL["decay"], out, when, sig, after="start")
+# Sends the signal HARNESS_TEST_SIGNAL_AFTER seconds after the executable's module
+# (harness._entry) has loaded; 0: at once, before its main() runs, the earliest moment the
+# harness's own code can answer for. Timed from there, not from the process's start, so that
+# a loaded machine's slower start-up (site takes ~0.4 s at a load of 12) is never hit. A test
+# hook, loaded by Python at start-up from PYTHONPATH; the harness knows nothing of it.
+_AT_ENTRY = """\
+import importlib.util, os, signal, sys, threading
+_sig = int(os.environ["HARNESS_TEST_SIGNAL"])
+_after = float(os.environ.get("HARNESS_TEST_SIGNAL_AFTER", "0"))
+
+
+class _Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name != "harness._entry":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            if _after:
+                threading.Timer(_after, os.kill, (os.getpid(), _sig)).start()
+            else:
+                os.kill(os.getpid(), _sig)    # handled on the next line Python runs
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _Finder())
+"""
+
+
+def test_a_signal_from_the_first_moment_to_the_command_ends_in_the_message(tmp_path):
+    """Before the command runs: as the executable's module has just loaded (before main()
+    runs: the handler is in place from that module's first lines), and while NumPy, pandas
+    and Numba load (0.05 to 1 s later). The message each time, never a traceback (SIGINT) or
+    a death by the signal (SIGTERM); through ``python -m harness`` and through the console
+    script, six processes two at a time. Before harness._entry's first line (Python's
+    start-up and site, ~30 ms idle) a signal is Python's own: no harness code has run yet."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_AT_ENTRY)
+    runs = []
+    for i, (after, entry) in enumerate(((0, HARNESS), (0, SCRIPT), (0.05, SCRIPT),
+                                        (0.3, HARNESS), (0.6, HARNESS), (1.0, SCRIPT))):
+        sig = (signal.SIGTERM, signal.SIGINT)[i % 2]
+        env = dict(os.environ, PYTHONPATH=str(hook), HARNESS_TEST_SIGNAL=str(int(sig)),
+                   HARNESS_TEST_SIGNAL_AFTER=str(after))
+        runs.append((SMALL["decay"], None, 0.0, "none", env, entry))
+    for (*_, env, entry), rc, err, out in _in_pairs(tmp_path, runs):
+        sig = int(env["HARNESS_TEST_SIGNAL"])
         check_outcome(rc, err, out, sig, EXPECTED["decay"], "decay")
+        if float(env["HARNESS_TEST_SIGNAL_AFTER"]) < 0.3:    # before decay can have finished
+            assert rc == 128 + sig, (env["HARNESS_TEST_SIGNAL_AFTER"], entry, rc, err)
 
 
 # Sends the signal while ``import torch`` runs in the command's own process: a set time after
