@@ -80,19 +80,19 @@ def _positional(w, sz, x):
 
 def _attention(causal):
     def run(w, sz, x, memory=None):
-        return layer.multi_head_attention(x, memory, w["in_proj_weight"], w["in_proj_bias"],
-                                          w["out_proj.weight"], w["out_proj.bias"], sz.heads,
-                                          causal=causal)
+        return reference.multi_head_attention(x, memory, w["in_proj_weight"], w["in_proj_bias"],
+                                              w["out_proj.weight"], w["out_proj.bias"], sz.heads,
+                                              causal=causal)
     return run
 
 
 def _add_norm(w, sz, x, sublayer):
-    return layer.layer_norm(x + sublayer, w["weight"], w["bias"])
+    return reference.layer_norm(x + sublayer, w["weight"], w["bias"], layer.NORM_EPS)
 
 
 def _feed_forward(w, sz, x):
-    return layer.feed_forward(x, w["linear1.weight"], w["linear1.bias"], w["linear2.weight"],
-                              w["linear2.bias"])
+    return reference.feed_forward(x, w["linear1.weight"], w["linear1.bias"],
+                                  w["linear2.weight"], w["linear2.bias"])
 
 
 def _linear(w, sz, x):

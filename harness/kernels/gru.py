@@ -35,21 +35,15 @@ from numba import njit
 from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
+from harness.kernels import steps
+from harness.kernels.steps import (first_bad_column, nonfinite, same, sigmoid, to_columns, to_rows,
+                                   vec_operands, weak)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("r", "z", "n")    # the order of the three row blocks of W_ih, W_hh, b_ih, b_hh
 
 
 # --------------------------------------------------------------------------- forward
-
-@njit(cache=True, fastmath={"reassoc"})
-def _nonfinite(u):
-    # True if some u[j] is inf or NaN: u[j] * 0 is 0 for every finite value and NaN otherwise.
-    # Reassociated so that the sum vectorises (without nnan and ninf the product is not folded)
-    s = 0.0
-    for j in range(u.shape[0]):
-        s += u[j] * 0.0
-    return s != s
 
 
 @njit(cache=True, error_model="numpy")
@@ -60,14 +54,14 @@ def _gates(g, a, hn, b_ih, b_hh, d_h, scratch):
     for j in range(2 * d_h):                     # sigma(u) = 1/2 + tanh(u/2)/2; u/2 is exact
         g[j] = (g[j] + b_ih[j] + a[j] + b_hh[j]) * 0.5
     rz = g[:2 * d_h]
-    overflow = _nonfinite(rz)
+    overflow = nonfinite(rz)
     tanh_inplace(rz, scratch)
     for j in range(2 * d_h):
         rz[j] = 0.5 + 0.5 * rz[j]
     for k in range(d_h):
         hn[k] = a[2 * d_h + k] + b_hh[2 * d_h + k]
         g[2 * d_h + k] += b_ih[2 * d_h + k] + g[k] * hn[k]
-    overflow |= _nonfinite(g[2 * d_h:])          # r * inf or inf - inf
+    overflow |= nonfinite(g[2 * d_h:])          # r * inf or inf - inf
     tanh_inplace(g[2 * d_h:], scratch)
     return overflow
 
@@ -153,8 +147,8 @@ def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, H, G, N):
             bj = b_ih[j] + b_hh[j]
             for r in range(B):
                 a[j, r] = (a[j, r] + G[r, t, j] + bj) * 0.5
-        if bad_t < 0 and _nonfinite(rz):
-            bad_t, bad_r = t, _first_bad_column(a, 0, 2 * d_h)
+        if bad_t < 0 and nonfinite(rz):
+            bad_t, bad_r = t, first_bad_column(a, 0, 2 * d_h)
         tanh_inplace(rz, scratch)
         for m in range(2 * d_h * B):
             rz[m] = 0.5 + 0.5 * rz[m]
@@ -165,52 +159,17 @@ def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, H, G, N):
                 u = a[2 * d_h + k, r] + bh
                 hn[k, r] = u
                 a[2 * d_h + k, r] = G[r, t, 2 * d_h + k] + bi + a[k, r] * u
-        if bad_t < 0 and _nonfinite(nn):
-            bad_t, bad_r = t, _first_bad_column(a, 2 * d_h, n)
+        if bad_t < 0 and nonfinite(nn):
+            bad_t, bad_r = t, first_bad_column(a, 2 * d_h, n)
         tanh_inplace(nn, scratch)
         for k in range(d_h):
             for r in range(B):
                 z = a[d_h + k, r]
                 h[k, r] = (1.0 - z) * a[2 * d_h + k, r] + z * h[k, r]
-        _to_rows(a, G, t)                          # back to the caller's layout
-        _to_rows(h, H, t)
-        _to_rows(hn, N, t)
+        to_rows(a, G, t)                          # back to the caller's layout
+        to_rows(h, H, t)
+        to_rows(hn, N, t)
     return bad_t, bad_r
-
-
-@njit(cache=True, error_model="numpy")
-def _to_rows(a, A, t):
-    # A[r, t, :] = a[:, r] for every r: a (n, B) -> the caller's layout A (B, T, n), in blocks of
-    # 16 rows of a, so that each block's strided reads stay in L1 (1 KiB in float32 for B = 16)
-    n, B = a.shape
-    for j0 in range(0, n, 16):
-        j1 = min(j0 + 16, n)
-        for r in range(B):
-            row = A[r, t]
-            for j in range(j0, j1):
-                row[j] = a[j, r]
-
-
-@njit(cache=True, error_model="numpy")
-def _to_columns(A, t, a):
-    # a[:, r] = A[r, t, :] for every r, blocked as _to_rows
-    n, B = a.shape
-    for j0 in range(0, n, 16):
-        j1 = min(j0 + 16, n)
-        for r in range(B):
-            row = A[r, t]
-            for j in range(j0, j1):
-                a[j, r] = row[j]
-
-
-@njit(cache=True)
-def _first_bad_column(a, j0, j1):
-    # the first column r with a non-finite a[j0:j1, r]
-    for r in range(a.shape[1]):
-        for j in range(j0, j1):
-            if not np.isfinite(a[j, r]):
-                return r
-    return -1
 
 
 @njit(cache=True, error_model="numpy")
@@ -306,7 +265,7 @@ def _backward_batch_cols(H, h0, dH, W_hhT, G, N):
             h_prev = H[r, t - 1] if t > 0 else h0[r]
             g = G[r, t]
             _step_backward(g, N[r, t], h_prev, dh, direct[r], d_h)
-        _to_columns(G, t, da)
+        to_columns(G, t, da)
         np.dot(W_hhT, da, carry)                # W_hh^T da_t, one column per sequence
         for k in range(d_h):
             for r in range(B):
@@ -362,75 +321,31 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
     return v.contiguous("X", X), W_ih, W_hh, biases[0], biases[1], h0, batched
 
 
-def _check_finite(A, what, where):
-    """A NaN never leaves the backward unannounced: finite inputs gave a non-finite gradient only
-    if a product overflowed; say at which step (of which sequence)."""
-    if np.isfinite(A).all():
-        return
-    bad = (~np.isfinite(A)).reshape(-1, A.shape[-2], A.shape[-1]).any(axis=-1)   # (B, T)
-    t = int(np.flatnonzero(bad.any(axis=0))[0])
-    seq = int(np.flatnonzero(bad[:, t])[0])
-    of = f" of sequence {seq}" if A.ndim == 3 else ""
-    raise FloatingPointError(
-        f"the GRU's backward overflowed: {what} is not finite from step t={t + 1} of "
-        f"{A.shape[-2]}{of}, although every input is finite ({A.dtype} holds at most "
-        f"{np.finfo(A.dtype).max:.3g}). Scale {where} down, or use float64.")
-
-
-def _vec_operands(W_hh, forward):
-    """(M, vec_left) for the unbatched loops: h @ M if vec_left, else M @ h (see
-    ``harness.kernels.lstm._vec_operands`` for the measurements behind the choice)."""
-    if forward:
-        if W_hh.dtype == np.float32:
-            return np.ascontiguousarray(W_hh.T), True
-        return W_hh, False
-    return np.ascontiguousarray(W_hh.T), False
-
-
-def _sigmoid(u):
-    return 0.5 + 0.5 * np.tanh(0.5 * u)
-
-
-def _row_norms(W):
-    """||W[j]||_2 for every row, in one pass and no copy of W."""
-    return np.sqrt(np.einsum("ij,ij->i", W, W))
-
-
 def _check_states(X, H, W_ih, W_hh, b_ih, b_hh, h0):
     """Cheap check that H came from this forward: the first two steps of every sequence are
     recomputed from X, the weights and the states entering them (h0, then H's first step), one
     product for all of them, and must agree to within the rounding of the dtype they were
     computed in."""
-    X3, H3 = X.reshape(-1, *X.shape[-2:]), H.reshape(-1, *H.shape[-2:])   # (B, T, .)
-    B, T, d_h = H3.shape
-    steps = min(2, T)
-    x = np.ascontiguousarray(X3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, -1)
-    prev = np.concatenate([h0.reshape(B, 1, d_h), H3[:, :steps - 1]], axis=1)   # (B, steps, d_h)
-    hp = np.ascontiguousarray(prev.transpose(1, 0, 2)).reshape(steps * B, d_h)   # step-major rows
-    ax = matmul(x, W_ih.T).astype(np.float64) + b_ih                           # (steps B, 3 d_h)
-    ah = matmul(hp, W_hh.T).astype(np.float64) + b_hh
-    hp = hp.astype(np.float64)
-    r = _sigmoid(ax[:, :d_h] + ah[:, :d_h])
-    z = _sigmoid(ax[:, d_h:2 * d_h] + ah[:, d_h:2 * d_h])
+    x, hp, ax, ah, sx, sh, got = steps.first_steps(X, H, W_ih, W_hh, h0)
+    B, d_h = len(x) // min(2, H.shape[-2]), H.shape[-1]
+    ax, ah, hp = ax + b_ih, ah + b_hh, hp.astype(np.float64)                 # (steps B, 3 d_h)
+    r = sigmoid(ax[:, :d_h] + ah[:, :d_h])
+    z = sigmoid(ax[:, d_h:2 * d_h] + ah[:, d_h:2 * d_h])
     hn = ah[:, 2 * d_h:]
     n = np.tanh(ax[:, 2 * d_h:] + r * hn)
     h = (1.0 - z) * n + z * hp
     # rounding: each product is off by ~eps times the sum of its |terms|, at most
     # ||W_j|| ||x|| + |b_j| (Cauchy-Schwarz), and the derivatives of sigma and tanh are at
     # most 1/4 and 1
-    sx = np.outer(np.linalg.norm(x, axis=1), _row_norms(W_ih)) + np.abs(b_ih)
-    sh = np.outer(np.linalg.norm(hp, axis=1), _row_norms(W_hh)) + np.abs(b_hh)
+    sx, sh = sx + np.abs(b_ih), sh + np.abs(b_hh)
     s_r = sx[:, :d_h] + sh[:, :d_h]
     s_z = sx[:, d_h:2 * d_h] + sh[:, d_h:2 * d_h]
     s_n = sx[:, 2 * d_h:] + r * sh[:, 2 * d_h:] + np.abs(hn) * s_r
     tol = 64 * float(np.finfo(H.dtype).eps) * (s_z * np.abs(n - hp) + s_n + np.abs(hp) + 1.0)
-    got = np.ascontiguousarray(H3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, d_h)
     bad = np.abs(got - h) > tol
     if not bad.any():
         return
-    row, k = np.argwhere(bad)[0]                        # the first step, then sequence, that is off
-    t, seq = divmod(int(row), B)
-    of = f" of sequence {seq}" if H.ndim == 3 else ""
+    row, k, t, of = steps.first_off(bad, B, H.ndim == 3)
     raise ValueError(
         f"H does not follow from X, the weights, the biases and h0: at step t={t + 1}{of} the "
         f"forward gives {h[row, k]:.6g} where H holds {got[row, k]:.6g}. Pass backward the H "
@@ -446,21 +361,6 @@ def _previous_states(H, h0):
     P[:, 1:] = H3[:, :-1]
     P[:, 0] = h0.reshape(B, d_h)
     return P.reshape(B * T, d_h)
-
-
-def _weak(args):
-    """Weak references to the caller's arrays (None stays None); None if one is not an array."""
-    refs = []
-    for a in args:
-        if a is not None and not isinstance(a, np.ndarray):
-            return None
-        refs.append(None if a is None else weakref.ref(a))
-    return refs
-
-
-def _same(refs, args):
-    return refs is not None and all((r is None and a is None) or (r is not None and r() is a)
-                                    for r, a in zip(refs, args))
 
 
 def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None):
@@ -483,7 +383,7 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None):
     elif batched:
         bad = _forward_batch(X, W_ih, np.ascontiguousarray(W_hh.T), b_ih, b_hh, h0, H, G, N)
     else:
-        M, vec_left = _vec_operands(W_hh, forward=True)
+        M, vec_left = vec_operands(W_hh, forward=True)
         bad = _forward_vec(X, W_ih, M, b_ih, b_hh, h0, vec_left, H, G, N)
     if bad[0] >= 0:
         of = f" of sequence {bad[1]}" if batched else ""
@@ -492,7 +392,7 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None):
             f"b_hh and their sums) are not finite from step t={bad[0] + 1} of {X.shape[-2]}{of}, "
             f"although every input is finite ({X.dtype} holds at most "
             f"{np.finfo(X.dtype).max:.3g}). Scale X, W_ih or W_hh down, or use float64.")
-    workspace.keep("gru", (weakref.ref(H), _weak(args), G, N))
+    workspace.keep("gru", (weakref.ref(H), weak(args), G, N))
     return H
 
 
@@ -520,7 +420,7 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
     workspace.keep("gru", None)                     # the gradients are written over the gates
     Hprev = _previous_states(H, h0)                 # (B T, d_h)
     gshape = X.shape[:-1] + (3 * d_h,)
-    if (kept is not None and kept[0]() is H_in and _same(kept[1], args)
+    if (kept is not None and kept[0]() is H_in and same(kept[1], args)
             and kept[2].shape == gshape and kept[2].dtype == dtype):
         G, N = kept[2], kept[3]                     # the forward's gates, as it left them
     else:
@@ -536,7 +436,7 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
     elif batched:
         dh0 = _backward_batch(H, h0, dH, W_hh, G, N)
     else:
-        M, vec_left = _vec_operands(W_hh, forward=False)
+        M, vec_left = vec_operands(W_hh, forward=False)
         dh0 = _backward_vec(H, h0, dH, M, vec_left, G, N)
     dA = G.reshape(-1, 3 * d_h)                     # (B T, 3 d_h): the hidden side's dl/da
     dW_hh = matmul(dA.T, Hprev)                     # sums over every step at once
@@ -547,7 +447,8 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
     db_ih = dA.sum(axis=0)
     if shared_h0:                      # one h0 broadcast over the batch: its gradient sums
         dh0 = dh0.sum(axis=0)
-    _check_finite(dX, "dl/dx_t", "dH or the weights")
+    steps.raise_if_not_finite(dX, "the GRU's backward", "dl/dx_t",
+                              "Scale dH or the weights down, or use float64.")
     if not (np.isfinite(dW_ih).all() and np.isfinite(dW_hh).all()):
         raise FloatingPointError(
             f"the GRU's backward overflowed: dW_ih or dW_hh, a sum over every step, is not finite "

@@ -36,21 +36,15 @@ from numba import njit
 from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
+from harness.kernels import steps
+from harness.kernels.steps import (first_bad_column, nonfinite, same, sigmoid, to_columns, to_rows,
+                                   vec_operands, weak)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("i", "f", "g", "o")    # the order of the four row blocks of W_ih, W_hh, b_ih, b_hh
 
 
 # --------------------------------------------------------------------------- forward
-
-@njit(cache=True, fastmath={"reassoc"})
-def _nonfinite(u):
-    # True if some u[j] is inf or NaN: u[j] * 0 is 0 for every finite value and NaN otherwise.
-    # Reassociated so that the sum vectorises (without nnan and ninf the product is not folded)
-    s = 0.0
-    for j in range(u.shape[0]):
-        s += u[j] * 0.0
-    return s != s
 
 
 @njit(cache=True, error_model="numpy")
@@ -64,7 +58,7 @@ def _activate_gates(g, b, d_h, scratch):
         g[j] = g[j] + b[j]
     for j in range(3 * d_h, 4 * d_h):              # o
         g[j] = (g[j] + b[j]) * 0.5
-    overflow = _nonfinite(g)
+    overflow = nonfinite(g)
     tanh_inplace(g, scratch)
     for j in range(2 * d_h):
         g[j] = 0.5 + 0.5 * g[j]
@@ -168,8 +162,8 @@ def _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, H, C, G):
             s = 1.0 if 2 * d_h <= j < 3 * d_h else 0.5   # sigma(u) = 1/2 + tanh(u/2)/2
             for r in range(B):
                 a[j, r] = (a[j, r] + G[r, t, j] + bj) * s
-        if bad_t < 0 and _nonfinite(af):
-            bad_t, bad_r = t, _first_bad_column(a, 0, n)
+        if bad_t < 0 and nonfinite(af):
+            bad_t, bad_r = t, first_bad_column(a, 0, n)
         tanh_inplace(af, scratch)
         for m in range(2 * d_h * B):               # i, f
             af[m] = 0.5 + 0.5 * af[m]
@@ -184,45 +178,10 @@ def _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, H, C, G):
         for k in range(d_h):
             for r in range(B):
                 h[k, r] = a[3 * d_h + k, r] * tc[k, r]
-        _to_rows(a, G, t)                          # back to the caller's layout
-        _to_rows(h, H, t)
-        _to_rows(c, C, t)
+        to_rows(a, G, t)                          # back to the caller's layout
+        to_rows(h, H, t)
+        to_rows(c, C, t)
     return bad_t, bad_r
-
-
-@njit(cache=True, error_model="numpy")
-def _to_rows(a, A, t):
-    # A[r, t, :] = a[:, r] for every r: a (n, B) -> the caller's layout A (B, T, n), in blocks of
-    # 16 rows of a, so that each block's strided reads stay in L1 (1 KiB in float32 for B = 16)
-    n, B = a.shape
-    for j0 in range(0, n, 16):
-        j1 = min(j0 + 16, n)
-        for r in range(B):
-            row = A[r, t]
-            for j in range(j0, j1):
-                row[j] = a[j, r]
-
-
-@njit(cache=True, error_model="numpy")
-def _to_columns(A, t, a):
-    # a[:, r] = A[r, t, :] for every r, blocked as _to_rows
-    n, B = a.shape
-    for j0 in range(0, n, 16):
-        j1 = min(j0 + 16, n)
-        for r in range(B):
-            row = A[r, t]
-            for j in range(j0, j1):
-                a[j, r] = row[j]
-
-
-@njit(cache=True)
-def _first_bad_column(a, j0, j1):
-    # the first column r with a non-finite a[j0:j1, r]
-    for r in range(a.shape[1]):
-        for j in range(j0, j1):
-            if not np.isfinite(a[j, r]):
-                return r
-    return -1
 
 
 @njit(cache=True, error_model="numpy")
@@ -327,7 +286,7 @@ def _backward_batch_cols(C, c0, dH, dC, use_dC, W_hhT, G):
             c_prev = C[r, t - 1] if t > 0 else c0[r]
             g = G[r, t]
             _cell_backward(g, C[r, t], c_prev, dh, dc[r], dC[r, t], use_dC, tc, d_h, scratch)
-        _to_columns(G, t, da)
+        to_columns(G, t, da)
         np.dot(W_hhT, da, carry)                # W_hh^T da_t, one column per sequence
     return np.ascontiguousarray(carry.T), dc
 
@@ -388,87 +347,34 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
     return v.contiguous("X", X), W_ih, W_hh, b, babs, h0, c0, batched
 
 
-def _check_finite(A, what, where):
-    """A NaN never leaves the backward unannounced: finite inputs gave a non-finite gradient only
-    if a product overflowed; say at which step (of which sequence)."""
-    if np.isfinite(A).all():
-        return
-    bad = (~np.isfinite(A)).reshape(-1, A.shape[-2], A.shape[-1]).any(axis=-1)   # (B, T)
-    t = int(np.flatnonzero(bad.any(axis=0))[0])
-    seq = int(np.flatnonzero(bad[:, t])[0])
-    of = f" of sequence {seq}" if A.ndim == 3 else ""
-    raise FloatingPointError(
-        f"the LSTM's backward overflowed: {what} is not finite from step t={t + 1} of "
-        f"{A.shape[-2]}{of}, although every input is finite ({A.dtype} holds at most "
-        f"{np.finfo(A.dtype).max:.3g}). Scale {where} down, or use float64.")
-
-
-def _vec_operands(W_hh, forward):
-    """(M, vec_left) for the unbatched loops: h @ M if vec_left, else M @ h.
-
-    OpenBLAS's gemv kernels differ by dtype and direction here (one thread, d_h = 256,
-    T = 1000, interleaved rounds): the forward's W_hh h runs fastest as h @ W_hh^T for float32
-    and as W_hh @ h for float64; the backward's W_hh^T da as (W_hh^T) @ da for both. The
-    transposed copy is O(d_h^2), once per call.
-    """
-    if forward:
-        if W_hh.dtype == np.float32:
-            return np.ascontiguousarray(W_hh.T), True
-        return W_hh, False
-    return np.ascontiguousarray(W_hh.T), False
-
-
-def _sigmoid(z):
-    return 0.5 + 0.5 * np.tanh(0.5 * z)
-
-
-def _row_norms(W):
-    """||W[j]||_2 for every row, in one pass and no copy of W."""
-    return np.sqrt(np.einsum("ij,ij->i", W, W))
-
-
-def _first_steps(A3, a0, steps):
-    """Rows (t, sequence) of the states entering steps 1..steps: a0, then A3[:, 0], ...;
-    (steps B, width), step-major."""
-    B = A3.shape[0]
-    prev = np.concatenate([a0.reshape(B, 1, -1), A3[:, :steps - 1]], axis=1)   # (B, steps, .)
-    return np.ascontiguousarray(prev.transpose(1, 0, 2)).reshape(steps * B, -1)
-
-
 def _check_states(X, H, C, W_ih, W_hh, b, babs, h0, c0):
     """Cheap check that H and C came from this forward: the first two steps of every sequence
     are recomputed from X, the weights and the states entering them (h0, c0, then H and C's
     first step), one product for all of them, and must agree to within the rounding of the
     dtype they were computed in."""
-    X3, H3, C3 = (A.reshape(-1, *A.shape[-2:]) for A in (X, H, C))   # (B, T, .)
-    B, T, d_h = H3.shape
-    steps = min(2, T)
-    x = np.ascontiguousarray(X3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, -1)
-    hp, cp = _first_steps(H3, h0, steps), _first_steps(C3, c0, steps).astype(np.float64)
-    a = (matmul(x, W_ih.T) + matmul(hp, W_hh.T)).astype(np.float64) + b        # (steps B, 4 d_h)
-    i, f = _sigmoid(a[:, :d_h]), _sigmoid(a[:, d_h:2 * d_h])
-    g, o = np.tanh(a[:, 2 * d_h:3 * d_h]), _sigmoid(a[:, 3 * d_h:])
+    x, hp, ax, ah, sx, sh, got_h = steps.first_steps(X, H, W_ih, W_hh, h0)
+    C3 = C.reshape(-1, *C.shape[-2:])
+    B, n, d_h = C3.shape[0], len(x) // C3.shape[0], C3.shape[-1]
+    cp = steps.entering_states(C3, c0, n).astype(np.float64)
+    a = ax + ah + b                                                           # (steps B, 4 d_h)
+    i, f = sigmoid(a[:, :d_h]), sigmoid(a[:, d_h:2 * d_h])
+    g, o = np.tanh(a[:, 2 * d_h:3 * d_h]), sigmoid(a[:, 3 * d_h:])
     c = f * cp + i * g
     h = o * np.tanh(c)
     # rounding: each pre-activation is off by ~eps times the sum of its |terms|, at most
     # ||W_j|| ||x|| + ||W_hh j|| ||h|| + |b_j| (Cauchy-Schwarz); the derivatives of sigma and
     # tanh are at most 1, so c is off by that times (|c_prev| + 2), and h by c's and o's
-    s = (np.outer(np.linalg.norm(x, axis=1), _row_norms(W_ih))
-         + np.outer(np.linalg.norm(hp, axis=1), _row_norms(W_hh)) + babs)
-    S = s.reshape(-1, 4, d_h).max(axis=1) + 1.0                             # (steps B, d_h)
+    S = (sx + sh + babs).reshape(-1, 4, d_h).max(axis=1) + 1.0               # (steps B, d_h)
     eps = float(np.finfo(H.dtype).eps)
     tol_c = 64 * eps * S * (np.abs(cp) + 3.0)
     tol_h = tol_c + 64 * eps * S
-    got_c = np.ascontiguousarray(C3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, d_h)
-    got_h = np.ascontiguousarray(H3[:, :steps].transpose(1, 0, 2)).reshape(steps * B, d_h)
+    got_c = steps.step_major(C3, n)
     bad_c = np.abs(got_c - c) > tol_c
     bad_h = np.abs(got_h - h) > tol_h
     if not (bad_c.any() or bad_h.any()):
         return
-    row, k = np.argwhere(bad_c | bad_h)[0]              # the first step, then sequence, that is off
+    row, k, t, of = steps.first_off(bad_c | bad_h, B, H.ndim == 3)
     name, want, held = ("C", c, got_c) if bad_c[row, k] else ("H", h, got_h)
-    t, seq = divmod(int(row), B)
-    of = f" of sequence {seq}" if H.ndim == 3 else ""
     raise ValueError(
         f"{name} does not follow from X, the weights, the biases, h0 and c0: at step t={t + 1}{of} "
         f"the forward gives {want[row, k]:.6g} where {name} holds {held[row, k]:.6g}. Pass "
@@ -487,21 +393,6 @@ def _inputs_and_previous_states(X, H, h0):
     Z[:, 1:, d_in:] = H3[:, :-1]
     Z[:, 0, d_in:] = h0.reshape(B, d_h)
     return Z.reshape(B * T, d_in + d_h)
-
-
-def _weak(args):
-    """Weak references to the caller's arrays (None stays None); None if one is not an array."""
-    refs = []
-    for a in args:
-        if a is not None and not isinstance(a, np.ndarray):
-            return None
-        refs.append(None if a is None else weakref.ref(a))
-    return refs
-
-
-def _same(refs, args):
-    return refs is not None and all((r is None and a is None) or (r is not None and r() is a)
-                                    for r, a in zip(refs, args))
 
 
 def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None, c0=None):
@@ -524,7 +415,7 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None, c0=None):
     elif batched:
         bad = _forward_batch(X, W_ih, np.ascontiguousarray(W_hh.T), b, h0, c0, H, C, G)
     else:
-        M, vec_left = _vec_operands(W_hh, forward=True)
+        M, vec_left = vec_operands(W_hh, forward=True)
         bad = _forward_vec(X, W_ih, M, b, h0, c0, vec_left, H, C, G)
     if bad[0] >= 0:
         of = f" of sequence {bad[1]}" if batched else ""
@@ -533,7 +424,7 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None, c0=None):
             f"finite from step t={bad[0] + 1} of {X.shape[-2]}{of}, although every input is finite "
             f"({X.dtype} holds at most {np.finfo(X.dtype).max:.3g}). Scale X, W_ih or W_hh down, "
             f"or use float64.")
-    workspace.keep("lstm", (weakref.ref(H), weakref.ref(C), _weak(args), G))
+    workspace.keep("lstm", (weakref.ref(H), weakref.ref(C), weak(args), G))
     return H, C
 
 
@@ -572,7 +463,7 @@ def backward(X, H, C, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None, c0=None, dC
     workspace.keep("lstm", None)                    # dA is written over the gates below
     Z = _inputs_and_previous_states(X, H, h0)       # (B T, d_in + d_h)
     gshape = X.shape[:-1] + (4 * d_h,)
-    if (kept is not None and kept[0]() is H_in and kept[1]() is C_in and _same(kept[2], args)
+    if (kept is not None and kept[0]() is H_in and kept[1]() is C_in and same(kept[2], args)
             and kept[3].shape == gshape and kept[3].dtype == dtype):
         G = kept[3]                                 # the forward's gates, as it left them
     else:
@@ -585,7 +476,7 @@ def backward(X, H, C, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None, c0=None, dC
     elif batched:
         dh0, dc0 = _backward_batch(C, c0, dH, dC, use_dC, W_hh, G)
     else:
-        M, vec_left = _vec_operands(W_hh, forward=False)
+        M, vec_left = vec_operands(W_hh, forward=False)
         dh0, dc0 = _backward_vec(C, c0, dH, dC, use_dC, M, vec_left, G)
     dA = G.reshape(-1, 4 * d_h)                     # (B T, 4 d_h): dl/da for every step
     dW = matmul(dA.T, Z)                            # [dW_ih | dW_hh]: sums over every step at once
@@ -597,7 +488,8 @@ def backward(X, H, C, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None, c0=None, dC
         dh0 = dh0.sum(axis=0)
     if shared[1]:
         dc0 = dc0.sum(axis=0)
-    _check_finite(dX, "dl/dx_t", "dH, dC or the weights")
+    steps.raise_if_not_finite(dX, "the LSTM's backward", "dl/dx_t",
+                              "Scale dH, dC or the weights down, or use float64.")
     if not (np.isfinite(dW_ih).all() and np.isfinite(dW_hh).all()):
         raise FloatingPointError(
             f"the LSTM's backward overflowed: dW_ih or dW_hh, a sum over every step, is not finite "

@@ -24,6 +24,7 @@ from numba import njit
 from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
+from harness.kernels.steps import raise_if_not_finite
 from harness.kernels.vmath import tanh_inplace
 
 ACTIVATIONS = ("tanh", "identity")
@@ -212,17 +213,9 @@ def _check(X, W_xh, W_hh, b, h0, activation):
 def _check_finite(H, what):
     """A NaN never leaves the kernel unannounced: finite inputs gave a non-finite result only if
     the recurrence overflowed; say at which step and in which quantity."""
-    if np.isfinite(H).all():
-        return
-    bad = (~np.isfinite(H)).reshape(-1, H.shape[-2], H.shape[-1]).any(axis=-1)   # (B, T)
-    t = int(np.flatnonzero(bad.any(axis=0))[0])
-    seq = int(np.flatnonzero(bad[:, t])[0])
-    where = f" of sequence {seq}" if H.ndim == 3 else ""
-    raise FloatingPointError(
-        f"the RNN overflowed: {what} is not finite from step t={t + 1} of {H.shape[-2]}{where}, "
-        f"although every input is finite ({H.dtype} holds at most {np.finfo(H.dtype).max:.3g}). "
-        f"Scale X, W_xh or W_hh down (a spectral radius of W_hh above 1 grows like rho^t), "
-        f"or use float64.")
+    raise_if_not_finite(H, "the RNN", what,
+                        "Scale X, W_xh or W_hh down (a spectral radius of W_hh above 1 grows like "
+                        "rho^t), or use float64.")
 
 
 def _check_states(X, H, W_xh, W_hh, h0, use_tanh):

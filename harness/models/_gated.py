@@ -45,6 +45,19 @@ def draw(rng, T, d, gates, batch=1, dtype="float64"):
     return X, W
 
 
+def trace_weights(gates, d, d_h=None):
+    """The weights a traced forward takes: W_ih (gates d_h, d) and W_hh (gates d_h, d_h)."""
+    d_h = d if d_h is None else d_h
+    return (("W_ih", (gates * d_h, d), ("gates", "d_model"), "input"),
+            ("W_hh", (gates * d_h, d_h), ("gates", "d_h"), "recurrence"))
+
+
+def timed_inputs(gates, T, d, rng, dtype=np.float64):
+    """(X, W_ih, W_hh) of one unbatched sequence, the arguments of a timed forward."""
+    X, W = draw(rng, T, d, gates, 1, dtype)
+    return (X,) + W
+
+
 def trajectory_inputs(T, d, gates, gate_bias, input_scale, seed):
     """The sweep's inputs for one configuration: X ~ N(0, input_scale^2), W_ih, W_hh ~ N(0, 1/d),
     b_ih zero but ``gate_bias`` on the second gate block (LSTM's f, GRU's z), float64."""

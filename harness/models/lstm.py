@@ -10,6 +10,8 @@ beside the cell's additive route dc_T/dc_{T-k} = prod diag(f) (``harness.models.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from harness.kernels import lstm
@@ -29,10 +31,7 @@ def macs(T, d, d_h=None):
     return {"input": GATES * T * d_h * d, "recurrence": GATES * T * d_h * d_h, "mul": 3 * T * d_h}
 
 
-def trace_weights(d, d_h=None):
-    d_h = d if d_h is None else d_h
-    return (("W_ih", (GATES * d_h, d), ("gates", "d_model"), "input"),
-            ("W_hh", (GATES * d_h, d_h), ("gates", "d_h"), "recurrence"))
+trace_weights = functools.partial(_gated.trace_weights, GATES)
 
 
 def traced_forward(X, W_ih, W_hh):
@@ -52,9 +51,7 @@ def backward_from(X, W, out, dH):
     return lstm.backward(X, out[0], out[1], W[0], W[1], dH)
 
 
-def _timed_inputs(T, d, rng, dtype=np.float64):
-    X, W = _gated.draw(rng, T, d, GATES, 1, dtype)
-    return (X,) + W
+_timed_inputs = functools.partial(_gated.timed_inputs, GATES)
 
 
 def _timed_bytes(T, d):

@@ -309,3 +309,128 @@ def lru_heinsen_backward(X, H, lam, B, dH):
     """The reverse scan in log space too: G = heinsen_scan(conj(lam), dH reversed), reversed."""
     G = heinsen_scan(np.conj(lam), dH[..., ::-1, :])[..., ::-1, :]
     return _lru_grads(X, H, lam, B, G)
+
+
+# ------------------------------------------------------------------ the Transformer layer
+# its sublayers, written with the tracer's operations (harness.models.transformer's traced
+# forward and harness.analysis.figure1 run them), then the whole layer as a peer, every head
+# at once, with its backward
+
+def layer_norm(x, gamma, beta, eps):
+    """(x - mean) / sqrt(var + eps) gamma + beta over the last axis (torch.nn.LayerNorm)."""
+    d = x.shape[-1]
+    xc = x - x.sum(axis=-1, keepdims=True) / d
+    var = (xc * xc).sum(axis=-1, keepdims=True) / d           # the squares: T d products
+    return xc / np.sqrt(var + eps) * gamma + beta             # the gain: T d more
+
+
+def multi_head_attention(xq, xkv, W_in, b_in, W_o, b_o, heads, causal=False):
+    """concat_h(softmax(Q_h K_h^T / sqrt(d_k)) V_h) W_o^T + b_o, one head at a time.
+
+    xq (T, d_model) gives the queries; xkv (S, d_model) the keys and values, or None for
+    self-attention (one product with the stacked W_in (3 d_model, d_model), as the kernel).
+    d_k = d_model / heads, so the grid and the mix are T S d_k per head, T S d_model in all.
+    causal: query row i meets keys 0..i only, computed row by row from those keys alone, so
+    that the tracer (which follows slices exactly, where ``np.where`` reaches every element)
+    records that row i reads nothing after it; the grid and the mix are then T (T + 1) / 2
+    d_model each.
+    """
+    d = W_o.shape[0]
+    d_k = d // heads
+    if xkv is None:
+        P = xq @ W_in.T + b_in                                 # (T, 3 d_model)
+        Q, K, V = P[..., :d], P[..., d:2 * d], P[..., 2 * d:]
+    else:
+        Q = xq @ W_in[:d].T + b_in[:d]                         # (T, d_model)
+        KV = xkv @ W_in[d:].T + b_in[d:]                       # (S, 2 d_model)
+        K, V = KV[..., :d], KV[..., d:]
+    out = []
+    for h in range(heads):
+        c = slice(h * d_k, (h + 1) * d_k)
+        Qh, Kh, Vh = Q[..., c], K[..., c], V[..., c]           # (T, d_k), (S, d_k), (S, d_k)
+        if causal:
+            rows = []
+            for i in range(Qh.shape[-2]):
+                e = Qh[..., i:i + 1, :] @ np.swapaxes(Kh[..., :i + 1, :], -1, -2) / math.sqrt(d_k)
+                rows.append(softmax_rows(e) @ Vh[..., :i + 1, :])    # (1, d_k)
+            out.append(np.concatenate(rows, axis=-2))
+        else:
+            E = Qh @ np.swapaxes(Kh, -1, -2) / math.sqrt(d_k)                   # (T, S): the grid
+            out.append(softmax_rows(E) @ Vh)                          # (T, d_k): the mix
+    O = np.concatenate(out, axis=-1)                           # (T, d_model)
+    return O @ W_o.T + b_o
+
+
+def feed_forward(x, W1, b1, W2, b2):
+    """relu(x W1^T + b1) W2^T + b2: each row alone."""
+    return np.maximum(x @ W1.T + b1, 0.0) @ W2.T + b2          # (T, d_ff) -> (T, d_model)
+
+
+def _split_heads(P, h):
+    """[Q | K | V] (B, T, 3 d_model) -> (3, B, h, T, d_k)."""
+    B, T, n = P.shape
+    return P.reshape(B, T, 3, h, n // (3 * h)).transpose(2, 0, 3, 1, 4)
+
+
+def _norm_forward(a, gamma, beta, eps):
+    mu = a.mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((a - mu) ** 2).mean(axis=-1, keepdims=True) + eps)
+    xhat = (a - mu) * rstd
+    return xhat * gamma + beta, (xhat, rstd)
+
+
+def _norm_backward(dy, gamma, cache):
+    xhat, rstd = cache
+    g = dy * gamma                                             # d xhat
+    da = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    return da, (dy * xhat).reshape(-1, dy.shape[-1]).sum(0), dy.reshape(-1, dy.shape[-1]).sum(0)
+
+
+def transformer_forward(X, W, heads, eps):
+    """A post-norm Transformer encoder layer (ReLU) in plain NumPy, every head at once: W its 12
+    weights in ``harness.transformer.ENCODER_KEYS`` order, ``heads`` heads of d_model / heads,
+    layer norms with ``eps``. Returns (Y like X, the cache ``transformer_backward`` reads)."""
+    W_in, b_in, W_o, b_o, g1, be1, W1, b1, W2, b2, g2, be2 = W
+    X3 = X if X.ndim == 3 else X[None]                         # (B, T, d)
+    B, T, d = X3.shape
+    h = heads
+    d_k = d // h
+    Q, K, V = _split_heads(X3 @ W_in.T + b_in, h)                 # (B, h, T, d_k) each
+    S = Q @ K.swapaxes(-1, -2) * X.dtype.type(1 / math.sqrt(d_k))   # (B, h, T, T)
+    A = np.exp(S - S.max(axis=-1, keepdims=True))
+    A /= A.sum(axis=-1, keepdims=True)
+    O = (A @ V).transpose(0, 2, 1, 3).reshape(B, T, d)         # (B, T, d)
+    a1 = X3 + O @ W_o.T + b_o
+    x1, n1 = _norm_forward(a1, g1, be1, eps)
+    H = x1 @ W1.T + b1                                         # (B, T, d_ff)
+    R = np.maximum(H, 0)
+    y, n2 = _norm_forward(x1 + R @ W2.T + b2, g2, be2, eps)
+    return y.reshape(X.shape), (X3, W, Q, K, V, A, O, x1, n1, H, R, n2)
+
+
+def transformer_backward(cache, dY):
+    """The gradients of ``transformer_forward``'s layer given dY, each line reversing a forward
+    line: (dX, the 12 weights' gradients in ``W``'s order)."""
+    X3, W, Q, K, V, A, O, x1, n1, H, R, n2 = cache
+    W_in, b_in, W_o, b_o, g1, be1, W1, b1, W2, b2, g2, be2 = W
+    B, T, d = X3.shape
+    h, d_k = Q.shape[1], Q.shape[-1]
+    flat = (lambda a: a.reshape(-1, a.shape[-1]))
+    # y = LN2(x1 + R W2^T + b2)
+    da2, dg2, dbe2 = _norm_backward(dY.reshape(B, T, d), g2, n2)
+    dW2, db2 = flat(da2).T @ flat(R), flat(da2).sum(0)
+    dH = (da2 @ W2) * (H > 0)                                  # R = max(H, 0)
+    dW1, db1 = flat(dH).T @ flat(x1), flat(dH).sum(0)
+    dx1 = da2 + dH @ W1                                        # H = x1 W1^T + b1, and the residual
+    # x1 = LN1(X + O W_o^T + b_o)
+    da1, dg1, dbe1 = _norm_backward(dx1, g1, n1)
+    dWo, dbo = flat(da1).T @ flat(O), flat(da1).sum(0)
+    dO = (da1 @ W_o).reshape(B, T, h, d_k).transpose(0, 2, 1, 3)    # (B, h, T, d_k)
+    dV = A.swapaxes(-1, -2) @ dO                               # O = A V
+    dA = dO @ V.swapaxes(-1, -2)
+    dS = A * (dA - (A * dA).sum(axis=-1, keepdims=True)) * X3.dtype.type(1 / math.sqrt(d_k))
+    dQ, dK = dS @ K, dS.swapaxes(-1, -2) @ Q                   # S = Q K^T / sqrt(d_k)
+    dP = np.stack([dQ, dK, dV]).transpose(1, 3, 0, 2, 4).reshape(B, T, 3 * d)
+    dW_in, db_in = flat(dP).T @ flat(X3), flat(dP).sum(0)
+    dX = da1 + dP @ W_in                                       # P = X W_in^T + b_in, and the residual
+    return dX.reshape(dY.shape), (dW_in, db_in, dWo, dbo, dg1, dbe1, dW1, db1, dW2, db2, dg2, dbe2)

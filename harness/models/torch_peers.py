@@ -1,4 +1,4 @@
-"""The PyTorch peers that several families share: a torch recurrent module with autograd.
+"""The PyTorch peers that several families share: a torch module with autograd.
 
 PyTorch is optional: the caller passes the imported module (or None, and no torch peer).
 """
@@ -16,16 +16,24 @@ def recurrent(module, X, W, dH, shape, torch):
     with torch.no_grad():
         m.weight_ih_l0.copy_(torch.from_numpy(W_ih))
         m.weight_hh_l0.copy_(torch.from_numpy(W_hh))
+    return autograd(lambda x: m(x)[0], X, dH, shape, torch)
+
+
+def autograd(call, X, dY, shape, torch):
+    """(forward, backward, outputs, forward+backward) of ``call`` (a torch module, or a function
+    of one batch-first tensor) on X, unbatched or batched: the forward without autograd, the
+    backward of dY on one kept graph, both passes on a new graph each call; ``outputs`` gives
+    (Y reshaped to ``shape``, dX) as NumPy arrays."""
     batched = X.ndim == 3
     Xt = torch.from_numpy(X if batched else X[None]).clone()
 
     def t_forward():
         with torch.no_grad():
-            return m(Xt)[0]
+            return call(Xt)
 
     Xg = Xt.clone().requires_grad_(True)
-    out = m(Xg)[0]
-    g = torch.from_numpy(dH if batched else dH[None])
+    out = call(Xg)
+    g = torch.from_numpy(dY if batched else dY[None])
 
     def t_backward():
         out.backward(g, retain_graph=True)
@@ -37,7 +45,7 @@ def recurrent(module, X, W, dH, shape, torch):
 
     def t_both():                                  # a training step: a new graph, both passes
         Xn = Xt.clone().requires_grad_(True)
-        m(Xn)[0].backward(g)
+        call(Xn).backward(g)
         return Xn.grad.reshape(X.shape)
 
     return t_forward, t_backward, t_outputs, t_both

@@ -5,12 +5,13 @@
 MHA splits d_model into h heads of d_k = d_model / h (``default_heads``), each with its own
 row softmax of Q_h K_h^T / sqrt(d_k), and projects their concatenation with W_o. Kernels in
 ``harness.kernels.transformer`` (public as ``harness.transformer``); here, what the analysers
-need: the plain NumPy layer the tracer runs (``traced_forward``, written with the tracer's
-operations, one head at a time), its closed-form counts (projections 3 T d^2, the grid and
+need: the plain NumPy layer the tracer runs (``traced_forward``, from the sublayers in
+``harness.models.reference``, written with the tracer's operations, one head at a time), its
+closed-form counts (projections 3 T d^2, the grid and
 the mix T^2 d each whatever h is, the output projection T d^2, the feed-forward 2 T d d_ff,
 the norms' gains 2 T d and their squares 2 T d), its inputs at torch's initial scale, its
-timed variant, its peers (``torch.nn.TransformerEncoderLayer`` with autograd, and a NumPy
-layer with its backward written out) and its gradient path by route: dy_T/dx_(T-k) reaches
+timed variant, its peers (``torch.nn.TransformerEncoderLayer`` with autograd, and
+``reference.transformer_forward``, a NumPy layer with its backward written out) and its gradient path by route: dy_T/dx_(T-k) reaches
 position T only through the attention, by the value route (x_j as a term of alpha.V) and
 the score route (x_j inside alpha, through k_j), summed over the heads; the residual
 carries position T alone, and its norm is given beside them (``log10_residual``).
@@ -32,7 +33,7 @@ from harness.infra.stats import fit_rate
 from harness.infra.validate import check_int, check_memory, check_real, check_seed
 from harness.kernels import transformer
 from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
-                            path_frame, reference)
+                            path_frame, reference, torch_peers)
 
 KEYS = transformer.ENCODER_KEYS        # the positional weights' order: torch's state_dict
 HEAD_CHOICES = (8, 4, 2, 1)            # the heads a layer of width d_model gets: the largest ...
@@ -144,62 +145,14 @@ def layer_bytes(T, d, batch=1, itemsize=8):
 
 
 # ------------------------------------------------------------------ the plain layer the tracer runs
-
-def layer_norm(x, gamma, beta, eps=NORM_EPS):
-    """(x - mean) / sqrt(var + eps) gamma + beta over the last axis (torch.nn.LayerNorm)."""
-    d = x.shape[-1]
-    xc = x - x.sum(axis=-1, keepdims=True) / d
-    var = (xc * xc).sum(axis=-1, keepdims=True) / d           # the squares: T d products
-    return xc / np.sqrt(var + eps) * gamma + beta             # the gain: T d more
-
-
-def multi_head_attention(xq, xkv, W_in, b_in, W_o, b_o, heads, causal=False):
-    """concat_h(softmax(Q_h K_h^T / sqrt(d_k)) V_h) W_o^T + b_o, one head at a time.
-
-    xq (T, d_model) gives the queries; xkv (S, d_model) the keys and values, or None for
-    self-attention (one product with the stacked W_in (3 d_model, d_model), as the kernel).
-    d_k = d_model / heads, so the grid and the mix are T S d_k per head, T S d_model in all.
-    causal: query row i meets keys 0..i only, computed row by row from those keys alone, so
-    that the tracer (which follows slices exactly, where ``np.where`` reaches every element)
-    records that row i reads nothing after it; the grid and the mix are then T (T + 1) / 2
-    d_model each.
-    """
-    d = W_o.shape[0]
-    d_k = d // heads
-    if xkv is None:
-        P = xq @ W_in.T + b_in                                 # (T, 3 d_model)
-        Q, K, V = P[..., :d], P[..., d:2 * d], P[..., 2 * d:]
-    else:
-        Q = xq @ W_in[:d].T + b_in[:d]                         # (T, d_model)
-        KV = xkv @ W_in[d:].T + b_in[d:]                       # (S, 2 d_model)
-        K, V = KV[..., :d], KV[..., d:]
-    out = []
-    for h in range(heads):
-        c = slice(h * d_k, (h + 1) * d_k)
-        Qh, Kh, Vh = Q[..., c], K[..., c], V[..., c]           # (T, d_k), (S, d_k), (S, d_k)
-        if causal:
-            rows = []
-            for i in range(Qh.shape[-2]):
-                e = Qh[..., i:i + 1, :] @ np.swapaxes(Kh[..., :i + 1, :], -1, -2) / math.sqrt(d_k)
-                rows.append(reference.softmax_rows(e) @ Vh[..., :i + 1, :])    # (1, d_k)
-            out.append(np.concatenate(rows, axis=-2))
-        else:
-            E = Qh @ np.swapaxes(Kh, -1, -2) / math.sqrt(d_k)                   # (T, S): the grid
-            out.append(reference.softmax_rows(E) @ Vh)                          # (T, d_k): the mix
-    O = np.concatenate(out, axis=-1)                           # (T, d_model)
-    return O @ W_o.T + b_o
-
-
-def feed_forward(x, W1, b1, W2, b2):
-    """relu(x W1^T + b1) W2^T + b2: each row alone."""
-    return np.maximum(x @ W1.T + b1, 0.0) @ W2.T + b2          # (T, d_ff) -> (T, d_model)
-
+# (its sublayers in harness.models.reference)
 
 def traced_forward(X, W_in, b_in, W_o, b_o, g1, be1, W1, b1, W2, b2, g2, be2):
     """The post-norm encoder layer in plain NumPy with ``default_heads(d)`` heads: (Y,)."""
-    heads = default_heads(X.shape[-1])
-    x = layer_norm(X + multi_head_attention(X, None, W_in, b_in, W_o, b_o, heads), g1, be1)
-    return (layer_norm(x + feed_forward(x, W1, b1, W2, b2), g2, be2),)    # (T, d_model)
+    heads, r = default_heads(X.shape[-1]), reference
+    x = r.layer_norm(X + r.multi_head_attention(X, None, W_in, b_in, W_o, b_o, heads), g1, be1,
+                     NORM_EPS)
+    return (r.layer_norm(x + r.feed_forward(x, W1, b1, W2, b2), g2, be2, NORM_EPS),)    # (T, d_model)
 
 
 def macs(T, d):
@@ -229,10 +182,13 @@ def trace_weights(d):
 
 
 def trace_memory_bytes(T, d):
-    """Peak bytes of tracing the layer: a few (T, d_ff) and (T, 3 d) values, the weights, and
-    one head's T x T grids at a time (scores, scaled, shifted, exp, weights)."""
+    """Peak bytes of tracing the layer: ten (T, d) values (X, the heads' pieces and their
+    concatenation), the weights, a few (T, d_ff) values and one head's T x T grids at a time
+    (scores, scaled, shifted, exp, weights), each as the tracer keeps them
+    (``trace.field_bytes``)."""
     e = trace.BYTES_PER_ELEMENT
-    return e * (12 * T * FF_RATIO * d + 20 * T * d + 13 * d * d + FF_RATIO * d * d * 2) + 6 * e * T * T
+    return (e * (10 * T * d + 13 * d * d + FF_RATIO * d * d * 2)
+            + 12 * trace.field_bytes(T, FF_RATIO * d) + 6 * trace.field_bytes(T, T))
 
 
 # ------------------------------------------------------------------ timed
@@ -402,93 +358,23 @@ def path_flops(T, d, config):
     return 6 * T * d * d + 4 * default_heads(d) * T * d * d + 60 * (T - 1) * d ** 3
 
 
-# ------------------------------------------------------------------ peers: NumPy
-
-def _split(P, h):
-    """[Q | K | V] (B, T, 3 d_model) -> (3, B, h, T, d_k)."""
-    B, T, n = P.shape
-    return P.reshape(B, T, 3, h, n // (3 * h)).transpose(2, 0, 3, 1, 4)
-
-
-def _norm_forward(a, gamma, beta):
-    mu = a.mean(axis=-1, keepdims=True)
-    rstd = 1.0 / np.sqrt(((a - mu) ** 2).mean(axis=-1, keepdims=True) + NORM_EPS)
-    xhat = (a - mu) * rstd
-    return xhat * gamma + beta, (xhat, rstd)
-
-
-def _norm_backward(dy, gamma, cache):
-    xhat, rstd = cache
-    g = dy * gamma                                             # d xhat
-    da = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
-    return da, (dy * xhat).reshape(-1, dy.shape[-1]).sum(0), dy.reshape(-1, dy.shape[-1]).sum(0)
-
-
-def numpy_forward(X, W):
-    """The layer in plain NumPy, every head at once: (Y like X, cache for ``numpy_backward``)."""
-    W_in, b_in, W_o, b_o, g1, be1, W1, b1, W2, b2, g2, be2 = W
-    X3 = X if X.ndim == 3 else X[None]                         # (B, T, d)
-    B, T, d = X3.shape
-    h = default_heads(d)
-    d_k = d // h
-    Q, K, V = _split(X3 @ W_in.T + b_in, h)                    # (B, h, T, d_k) each
-    S = Q @ K.swapaxes(-1, -2) * X.dtype.type(1 / math.sqrt(d_k))   # (B, h, T, T)
-    A = np.exp(S - S.max(axis=-1, keepdims=True))
-    A /= A.sum(axis=-1, keepdims=True)
-    O = (A @ V).transpose(0, 2, 1, 3).reshape(B, T, d)         # (B, T, d)
-    a1 = X3 + O @ W_o.T + b_o
-    x1, n1 = _norm_forward(a1, g1, be1)
-    H = x1 @ W1.T + b1                                         # (B, T, d_ff)
-    R = np.maximum(H, 0)
-    y, n2 = _norm_forward(x1 + R @ W2.T + b2, g2, be2)
-    return y.reshape(X.shape), (X3, W, Q, K, V, A, O, x1, n1, H, R, n2)
-
-
-def numpy_backward(cache, dY):
-    """The gradients of ``numpy_forward``'s layer given dY, each line reversing a forward line:
-    {params' keys: gradient, "X": dX}."""
-    X3, W, Q, K, V, A, O, x1, n1, H, R, n2 = cache
-    W_in, b_in, W_o, b_o, g1, be1, W1, b1, W2, b2, g2, be2 = W
-    B, T, d = X3.shape
-    h, d_k = Q.shape[1], Q.shape[-1]
-    flat = (lambda a: a.reshape(-1, a.shape[-1]))
-    # y = LN2(x1 + R W2^T + b2)
-    da2, dg2, dbe2 = _norm_backward(dY.reshape(B, T, d), g2, n2)
-    dW2, db2 = flat(da2).T @ flat(R), flat(da2).sum(0)
-    dH = (da2 @ W2) * (H > 0)                                  # R = max(H, 0)
-    dW1, db1 = flat(dH).T @ flat(x1), flat(dH).sum(0)
-    dx1 = da2 + dH @ W1                                        # H = x1 W1^T + b1, and the residual
-    # x1 = LN1(X + O W_o^T + b_o)
-    da1, dg1, dbe1 = _norm_backward(dx1, g1, n1)
-    dWo, dbo = flat(da1).T @ flat(O), flat(da1).sum(0)
-    dO = (da1 @ W_o).reshape(B, T, h, d_k).transpose(0, 2, 1, 3)    # (B, h, T, d_k)
-    dV = A.swapaxes(-1, -2) @ dO                               # O = A V
-    dA = dO @ V.swapaxes(-1, -2)
-    dS = A * (dA - (A * dA).sum(axis=-1, keepdims=True)) * X3.dtype.type(1 / math.sqrt(d_k))
-    dQ, dK = dS @ K, dS.swapaxes(-1, -2) @ Q                   # S = Q K^T / sqrt(d_k)
-    dP = np.stack([dQ, dK, dV]).transpose(1, 3, 0, 2, 4).reshape(B, T, 3 * d)
-    dW_in, db_in = flat(dP).T @ flat(X3), flat(dP).sum(0)
-    dX = da1 + dP @ W_in                                       # P = X W_in^T + b_in, and the residual
-    grads = (dW_in, db_in, dWo, dbo, dg1, dbe1, dW1, db1, dW2, db2, dg2, dbe2)
-    out = dict(zip(KEYS, grads))
-    out["X"] = dX.reshape(dY.shape)
-    return out
-
-
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dY, torch=None):
-    """A NumPy layer (``numpy_forward`` / ``numpy_backward``) and, with PyTorch,
-    ``torch.nn.TransformerEncoderLayer`` (dropout 0, batch first) with autograd."""
-    cache = numpy_forward(X, W)[1]
+    """A NumPy layer (``reference.transformer_forward`` / ``transformer_backward``) and, with
+    PyTorch, ``torch.nn.TransformerEncoderLayer`` (dropout 0, batch first) with autograd."""
+    h = default_heads(X.shape[-1])
+    fwd = (lambda: reference.transformer_forward(X, W, h, NORM_EPS))
+    cache = fwd()[1]
     impls = {
-        "numpy": (lambda: numpy_forward(X, W),
-                  lambda: numpy_backward(cache, dY),
-                  lambda: (numpy_forward(X, W)[0], numpy_backward(cache, dY)["X"]),
-                  lambda: numpy_backward(numpy_forward(X, W)[1], dY)["X"]),
+        "numpy": (fwd,
+                  lambda: reference.transformer_backward(cache, dY),
+                  lambda: (fwd()[0], reference.transformer_backward(cache, dY)[0]),
+                  lambda: reference.transformer_backward(fwd()[1], dY)[0]),
     }
     if torch is not None:
-        impls["torch"] = _torch_peer(X, W, dY, torch)
+        m = torch_layer(W, torch, X.dtype)
+        impls["torch"] = torch_peers.autograd(m, X, dY, X.shape, torch)
     return impls
 
 
@@ -502,35 +388,6 @@ def torch_layer(W, torch, dtype):
                                          dtype=getattr(torch, np.dtype(dtype).name))
     m.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in p.items()})
     return m
-
-
-def _torch_peer(X, W, dY, torch):
-    """(forward, backward from a kept graph, outputs, forward+backward) of the torch layer."""
-    m = torch_layer(W, torch, X.dtype)
-    Xt = torch.from_numpy(X if X.ndim == 3 else X[None]).clone()
-    g = torch.from_numpy(dY if dY.ndim == 3 else dY[None])
-
-    def t_forward():
-        with torch.no_grad():
-            return m(Xt)
-
-    Xg = Xt.clone().requires_grad_(True)
-    out = m(Xg)
-
-    def t_backward():
-        out.backward(g, retain_graph=True)
-
-    def t_outputs():
-        Xg.grad = None
-        out.backward(g, retain_graph=True)
-        return t_forward().numpy().reshape(X.shape), Xg.grad.numpy().reshape(X.shape)
-
-    def t_both():                                  # a training step: a new graph, both passes
-        Xn = Xt.clone().requires_grad_(True)
-        m(Xn).backward(g)
-        return Xn.grad.reshape(X.shape)
-
-    return t_forward, t_backward, t_outputs, t_both
 
 
 def compare_target(batch, direction, T, d):
