@@ -14,7 +14,8 @@ import tempfile
 from . import common
 
 
-class Depth(common.Benchmark):
+@common.suite("default")
+class Depth(common.Tracked):
     """Multiplications and op-graph span of the traced reference forward, d = 64.
 
     RNN: 2 T d^2 multiplications in a span that grows like T; attention: the
@@ -48,7 +49,8 @@ class Depth(common.Benchmark):
     track_scalar_span.unit = "scalar operations"
 
 
-class DecayRate(common.Benchmark):
+@common.suite("default")
+class DecayRate(common.Tracked):
     """The gradient-path analyser's fitted decay of ||dh_T/dh_{T-k}||, orthogonal W_hh, default T, d.
 
     ``track_fitted_rate`` is the fitted slope of ln ||.|| per step: log(rho) exactly for
@@ -76,7 +78,8 @@ class DecayRate(common.Benchmark):
     track_fitted_factor.unit = "norm ratio per step"
 
 
-class AttentionDecayRate(common.Benchmark):
+@common.suite("default")
+class AttentionDecayRate(common.Tracked):
     """The same fit for self-attention: about 0, one alpha factor at every distance."""
 
     def setup(self):
@@ -94,6 +97,7 @@ class AttentionDecayRate(common.Benchmark):
     track_fitted_factor.unit = "norm ratio per step"
 
 
+@common.suite("long")
 class DecaySweep(common.Benchmark):
     """Wall time of the default ``harness decay`` sweep, and of the whole command."""
     repeat = (1, 3, 5.0)

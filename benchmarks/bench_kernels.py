@@ -12,11 +12,39 @@ from __future__ import annotations
 import numpy as np
 
 from . import common
-from .common import BATCHES, D_VALUES, DTYPES, MODELS, T_VALUES
+from .common import BATCHES, D_VALUES, DTYPES, MODELS, SIZES, T_VALUES
 
 
+@common.suite("default")
 class Kernels(common.Benchmark):
-    """time_forward / time_backward of the compiled kernels: B sequences of T steps, width d."""
+    """time_forward / time_backward of every family's compiled kernels at the two sizes of
+    ``common.SIZES`` (small: T = 64, d = 64, a batch of 32, float64; large: T = 1024,
+    d = 256, one sequence, float32). ``tools/bench_gate.py`` times these between two commits."""
+    params = [MODELS, list(SIZES)]
+    param_names = ["model", "size"]
+    repeat = (3, 7, 1.0)            # at least 3 samples a round: a median, not one draw
+
+    def setup(self, model, size):
+        T, d, batch, dtype = SIZES[size]
+        common.skip_unless_fits(model, T, batch)
+        common.apply_threads()
+        self.X, self.Ws = common.inputs(model, T, d, batch, dtype)
+        # one forward and backward at the timed size compile exactly the paths timed (a
+        # kernel may choose its path by size) and touch the memory; out is backward's input
+        self.out = common.run_forward(model, self.X, self.Ws)
+        common.run_backward(model, self.X, self.Ws, self.out)
+
+    def time_forward(self, model, size):
+        common.run_forward(model, self.X, self.Ws)
+
+    def time_backward(self, model, size):
+        common.run_backward(model, self.X, self.Ws, self.out)
+
+
+@common.suite("long")
+class KernelsSweep(common.Benchmark):
+    """time_forward / time_backward of the compiled kernels over every parameter: B sequences
+    of T steps, width d (the long suite's grid; ``Kernels`` is its two-size summary)."""
     params = [MODELS, T_VALUES, D_VALUES, BATCHES, DTYPES]
     param_names = ["model", "T", "d", "batch", "dtype"]
 
@@ -34,6 +62,7 @@ class Kernels(common.Benchmark):
         common.run_backward(model, self.X, self.Ws, self.out)
 
 
+@common.suite("long")
 class Memory(common.Benchmark):
     """peakmem_ of one forward, and of forward + backward, over T (d = 64, one sequence).
 
@@ -69,6 +98,7 @@ def _attention_variant(variant):
     return (fam.attention.forward if variant == "materialised" else tiled), fam.backward_from
 
 
+@common.suite("long")
 class LongAttention(common.Benchmark):
     """peakmem_ of attention's forward, and of forward + backward, over T up to 32,768
     (d = 64, float32, one sequence, with projections).
@@ -99,6 +129,7 @@ class LongAttention(common.Benchmark):
         self.backward(self.X, self.Ws, out, out[0])
 
 
+@common.suite("long")
 class TiledThroughput(common.Benchmark):
     """The tiled attention's rate as a fraction of this machine's GEMM peak (Q = K = V = X).
 
@@ -146,6 +177,7 @@ class TiledThroughput(common.Benchmark):
     track_forward_gflops.unit = "GFLOP/s"
 
 
+@common.suite("long")
 class AttentionTiles(common.Benchmark):
     """The tiled attention's forward and backward at T = 4096 for several tile sizes, the
     measurement behind ``harness.kernels.attention.TILE_Q, TILE_K`` (Q = K = V = X, one sequence).

@@ -20,6 +20,7 @@ from . import common
 _BLAS, _NUMBA, _CORETYPE = common.apply_threads()
 
 
+@common.suite("default")
 class Threads(common.Benchmark):
     """The thread settings every other result in this run was measured under.
 
@@ -28,6 +29,7 @@ class Threads(common.Benchmark):
     """
     params = [[_BLAS], [_NUMBA], [_CORETYPE]]
     param_names = ["blas_threads", "numba_threads", "OPENBLAS_CORETYPE"]
+    rounds = 1                       # settings, not timings: nothing to interleave
 
     def setup(self, blas, numba_threads, coretype):
         self.blas, self.numba_threads, _ = common.apply_threads()
@@ -63,6 +65,7 @@ print(json.dumps({"first": t1 - t0, "second": t2 - t1}))
 """
 
 
+@common.suite("long")
 class CompileTime(common.Benchmark):
     """Seconds from import to the end of the first forward + backward, nothing cached."""
     params = [common.MODELS, ["float64"]]
@@ -98,6 +101,7 @@ def gemm_peak_gflops(dtype, n=2048):
                                               min_sample_s=0.2) / 1e9
 
 
+@common.suite("default")
 class GemmEfficiency(common.Benchmark):
     """Achieved GFLOP/s of attention's forward, and its fraction of this machine's GEMM peak.
 
@@ -107,6 +111,7 @@ class GemmEfficiency(common.Benchmark):
     params = [[256, 1024, 4096], ["float32", "float64"]]
     param_names = ["T", "dtype"]
     d = 256
+    rounds = 1                       # each value already the median of interleaved rounds
     model = "attention"       # the family whose forward is GEMM-bound
 
     def setup_cache(self):

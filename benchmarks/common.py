@@ -5,6 +5,13 @@ count, ``HARNESS_BENCH_THREADS`` (default 1), so a timing never depends on
 whichever library picked its own default. ``OPENBLAS_CORETYPE`` is read and
 recorded, never changed. ``bench_machine.Threads`` puts all three in every
 results file.
+
+Two suites. Every class says which one it is in (``@suite("default")`` or
+``@suite("long")``) and ``HARNESS_BENCH_SUITE`` chooses what asv sees: unset, the
+default suite, what a plain ``asv run`` times in a few minutes on two cores (every
+family's kernels at a small and a large size, the analysers' deterministic ``track_``
+numbers, the machine's ceilings); ``long``, the rest (every parameter, long lengths,
+tile sweeps, peak memory, compile time); ``all``, both.
 """
 
 from __future__ import annotations
@@ -45,6 +52,37 @@ def threads_from_env(environ=os.environ):
 
 THREADS = threads_from_env()    # BLAS = Numba = this
 
+# --------------------------------------------------------------------------- suites
+
+SUITES = {"default": ("default",), "long": ("long",), "all": ("default", "long")}
+
+
+def suite_from_env(environ=os.environ):
+    """``HARNESS_BENCH_SUITE``: ``default`` (unset or empty), ``long`` or ``all``; the
+    suites it selects. Anything else stops the suite with a message naming the variable."""
+    text = environ.get("HARNESS_BENCH_SUITE", "").strip() or "default"
+    if text not in SUITES:
+        raise ValueError(f"HARNESS_BENCH_SUITE must be one of {sorted(SUITES)}, got {text!r}")
+    return SUITES[text]
+
+
+SELECTED = suite_from_env()
+CLASSES = {}                    # {class name: (suite, class)}: every class, selected or not
+
+
+def suite(name):
+    """Class decorator: the class belongs to suite ``name``. It is registered in ``CLASSES``
+    either way, and left out of its module (the name bound to None, which asv passes over)
+    unless ``HARNESS_BENCH_SUITE`` selects its suite."""
+    if name not in SUITES["all"]:
+        raise ValueError(f"suite must be one of {list(SUITES['all'])}, got {name!r}")
+
+    def register(cls):
+        cls.suite = name
+        CLASSES[cls.__name__] = (name, cls)
+        return cls if name in SELECTED else None
+    return register
+
 
 def apply_threads():
     """Set BLAS and Numba threads to THREADS; returns what the libraries now report."""
@@ -73,6 +111,13 @@ BATCHES = [1, 32]
 DTYPES = ["float32", "float64"]
 SEED = 1234                                # inputs from default_rng(SEED)
 
+# The default suite's two sizes of every family, (T, d, batch, dtype): a small one that takes
+# the batched kernels in float64, and a large one, one sequence of T = 1024 in float32. Between
+# them every compiled path a family has (batched and not, both dtypes) is timed, and on two
+# cores no call takes more than about 0.3 s (the Transformer layer's backward at "large").
+SIZES = {"small": (T_VALUES[0], D_VALUES[0], BATCHES[-1], "float64"),
+         "large": (1024, D_VALUES[-1], BATCHES[0], "float32")}
+
 # attention keeps A, (B, T, T): it runs where that grid has at most one 4096 x 4096's
 # elements (T = 4096 one sequence at a time; batch 32 up to T = 512). Past that one call
 # costs seconds and gigabytes on the 2-core, 24 GiB machines and says nothing new
@@ -80,15 +125,24 @@ MAX_GRID_ELEMENTS = 4096 * 4096
 
 
 class Benchmark:
-    """Timing attributes for the whole suite: one round, few repeats, no extra warm-up.
+    """Timing attributes for the whole suite: two rounds, few repeats, no extra warm-up.
 
-    The kernels are compiled and the memory touched in ``setup``; a full
-    ``asv run`` then takes minutes on two cores, not an hour.
+    Two rounds, so that ``asv continuous --interleave-rounds`` alternates the two commits
+    (round 1 of each, then round 2 of each). The kernels are compiled and the memory touched
+    in ``setup``; the default suite then takes minutes on two cores, not an hour.
     """
-    rounds = 1                      # one process per benchmark (asv default: 2)
-    repeat = (1, 5, 2.0)            # min, max samples, and stop after ~2 s of them
+    rounds = 2                      # asv's default; each round is its own process
+    repeat = (1, 5, 1.0)            # min, max samples, and stop after ~1 s of them
     warmup_time = 0.0               # setup already called the kernel once
     timeout = 180
+    deterministic = False           # True: its track_ numbers are the same on every run
+
+
+class Tracked(Benchmark):
+    """Deterministic ``track_`` numbers: one round (a second would repeat the same numbers),
+    and ``tools/bench_gate.py`` requires them exactly equal between two commits."""
+    rounds = 1
+    deterministic = True
 
 
 # --------------------------------------------------------------------------- inputs

@@ -51,12 +51,14 @@ def _keep_threads():
 
 
 def _classes():
+    """Every benchmark class of both suites, from the registry (a class of a suite that
+    HARNESS_BENCH_SUITE leaves out is not in its module, but is registered)."""
     for name in MODULES:
-        mod = importlib.import_module(f"benchmarks.{name}")
-        for cname, cls in inspect.getmembers(mod, inspect.isclass):
-            if cls.__module__ == mod.__name__ and any(
-                    m.startswith(PREFIXES) for m in dir(cls)):
-                yield pytest.param(cls, id=f"{name}.{cname}")
+        importlib.import_module(f"benchmarks.{name}")
+    from benchmarks import common
+    for cname, (suite, cls) in sorted(common.CLASSES.items()):
+        assert any(m.startswith(PREFIXES) for m in dir(cls)), f"{cname} has no benchmark"
+        yield pytest.param(cls, id=f"{cls.__module__.split('.')[-1]}.{cname}")
 
 
 def _smallest(cls):
@@ -115,10 +117,12 @@ def test_params_match_param_names():
 
 
 def test_rnn_and_attention_share_parameters():
-    from benchmarks import bench_kernels
-    assert bench_kernels.Kernels.param_names[0] == "model"
+    from benchmarks import common
     from harness import models
-    assert bench_kernels.Kernels.params[0] == list(models.NAMES)   # every family, one graph
+    for name in ("Kernels", "KernelsSweep"):
+        cls = common.CLASSES[name][1]
+        assert cls.param_names[0] == "model"
+        assert cls.params[0] == list(models.NAMES)                 # every family, one graph
 
 
 def test_attention_skips_only_what_does_not_fit():
@@ -193,10 +197,72 @@ def test_the_suite_imports_with_a_message_or_not_at_all(value):
         assert "HARNESS_BENCH_THREADS=99" in r.stderr
 
 
+def test_every_class_is_in_one_suite_and_only_its_suite_reaches_asv():
+    """Default and long suites: a module holds the classes of the selected suites (what asv
+    finds), the registry holds them all; every module's benchmark class is registered."""
+    from benchmarks import common
+    suites = {cname: suite for cname, (suite, _) in common.CLASSES.items()}
+    assert set(suites.values()) == {"default", "long"}
+    for name in MODULES:
+        mod = importlib.import_module(f"benchmarks.{name}")
+        for cname, cls in inspect.getmembers(mod, inspect.isclass):
+            if cls.__module__ == mod.__name__ and any(m.startswith(PREFIXES) for m in dir(cls)):
+                assert suites.get(cname) in common.SELECTED, f"{cname} reaches asv unselected"
+    for cname, suite in suites.items():
+        module = importlib.import_module(common.CLASSES[cname][1].__module__)
+        assert (getattr(module, cname) is None) == (suite not in common.SELECTED), cname
+
+
+def test_the_default_suite_covers_every_family_at_two_sizes_and_the_tracked_numbers():
+    """The rule, not a list: Kernels loops over the registry at common.SIZES; the analysers'
+    track_ classes and the machine's GEMM ceiling are in the default suite, rounds > 1 for
+    the timings (asv's --interleave-rounds needs two) and 1 for the deterministic numbers."""
+    from benchmarks import bench_kernels, common
+    from harness import models
+    assert common.CLASSES["Kernels"][1].params == [list(models.NAMES), ["small", "large"]]
+    assert common.CLASSES["Kernels"][1].rounds >= 2
+    assert common.SIZES["small"][0] < common.SIZES["large"][0]
+    for name in ("Depth", "DecayRate", "AttentionDecayRate"):
+        suite, cls = common.CLASSES[name]
+        assert cls.deterministic and cls.rounds == 1 and cls.suite == "default"
+    suite, gemm = common.CLASSES["GemmEfficiency"]
+    assert suite == "default" and hasattr(gemm, "track_gemm_peak_gflops")
+    assert common.CLASSES["KernelsSweep"][0] == "long"
+    assert (bench_kernels.KernelsSweep is None) == ("long" not in common.SELECTED)
+
+
+@pytest.mark.parametrize("value", ["", "default", "long", "all"])
+def test_suite_from_env_selects(value):
+    from benchmarks import common
+    expected = {"": ("default",), "default": ("default",), "long": ("long",),
+                "all": ("default", "long")}[value]
+    assert common.suite_from_env({"HARNESS_BENCH_SUITE": value}) == expected
+    assert common.suite_from_env({}) == ("default",)
+
+
+def test_an_unknown_suite_names_the_variable():
+    from benchmarks import common
+    with pytest.raises(ValueError, match=r"HARNESS_BENCH_SUITE must be one of \['all', 'default', "
+                                         r"'long'\], got 'quick'"):
+        common.suite_from_env({"HARNESS_BENCH_SUITE": "quick"})
+    with pytest.raises(ValueError, match="suite must be one of"):
+        common.suite("fast")
+
+
+def test_the_long_suite_is_what_asv_sees_when_selected():
+    code = ("from benchmarks import bench_kernels as k, bench_analysers as a; "
+            "print(k.Kernels is None, k.KernelsSweep is not None, a.DecaySweep is not None)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, HARNESS_BENCH_SUITE="long"), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "True", "True"]
+
+
 def test_asv_check_passes():
     pytest.importorskip("asv", reason="asv is not installed (pip install -e .[test])")
     r = subprocess.run([sys.executable, "-m", "asv", "check", "-E", f"existing:{sys.executable}",
                         "--config", str(ROOT / "asv.conf.json")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, HARNESS_BENCH_SUITE="all"))    # both suites
     assert r.returncode == 0, r.stdout + r.stderr
     assert "No problems found" in r.stdout, r.stdout

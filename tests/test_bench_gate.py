@@ -1,0 +1,203 @@
+"""tools/bench_gate.py: its decision rule, its git edges (a bad rev, a first commit, a shallow
+clone, the Bench-Accept trailer), and one end-to-end run of its workers on one cheap point.
+
+No timing is asserted: the end-to-end run checks the report's shape, never a speed.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import bench_gate  # noqa: E402
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A repository with one commit."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    _git(r, "init", "-q", "-b", "main")
+    (r / "a.txt").write_text("a\n")
+    _git(r, "add", "a.txt")
+    _git(r, "commit", "-q", "-m", "first")
+    return r
+
+
+# --------------------------------------------------------------------------- the rule
+
+@pytest.mark.parametrize("lo, hi, floor, expected", [
+    (1.06, 1.20, 0.05, "slower"),      # the whole interval above 1 + floor
+    (1.04, 1.20, 0.05, "same"),        # reaches into the floor
+    (0.90, 1.10, 0.03, "same"),
+    (0.80, 0.94, 0.05, "faster"),
+    (0.80, 0.96, 0.05, "same"),
+    (math.nan, math.nan, 0.03, "same"),
+])
+def test_a_change_is_flagged_only_when_its_interval_clears_the_floor(lo, hi, floor, expected):
+    assert bench_gate.verdict((lo + hi) / 2, lo, hi, floor) == expected
+
+
+def test_the_floor_is_the_aa_pairs_widest_distance_from_one_and_never_under_min_change():
+    assert bench_gate.floor_of(1.01, 0.97, 1.08, 0.03) == pytest.approx(0.08)
+    assert bench_gate.floor_of(1.0, 0.99, 1.01, 0.03) == 0.03
+    assert bench_gate.floor_of(0.9, 0.85, 0.95, 0.0) == pytest.approx(0.15)
+    assert bench_gate.floor_of(1.0, math.nan, math.nan, 0.03) == 0.03
+
+
+def test_the_paired_ratio_cancels_a_load_shared_by_a_round():
+    """Every round slowed by its own factor (up to 4x), head 20 % slower than base in each:
+    the ratio is 1.2 exactly, where the ratio of the medians would not be."""
+    load = np.random.default_rng(0).uniform(1.0, 4.0, size=15)
+    base = 0.010 * load
+    head = 0.012 * load
+    ratio, lo, hi = bench_gate.paired_ratio(head, base)
+    assert ratio == pytest.approx(1.2) and lo == pytest.approx(1.2) and hi == pytest.approx(1.2)
+    noisy = head * np.random.default_rng(1).uniform(0.98, 1.02, size=15)
+    ratio, lo, hi = bench_gate.paired_ratio(noisy, base)
+    assert lo < ratio < hi and 1.17 < lo and hi < 1.23
+
+
+def test_the_paired_ratio_wants_the_same_rounds():
+    with pytest.raises(ValueError, match="head and base must hold the same rounds"):
+        bench_gate.paired_ratio(np.ones(5), np.ones(4))
+
+
+def test_tracked_numbers_must_be_equal_to_the_last_bit():
+    out = bench_gate.compare_tracks(
+        {"a": repr(0.1), "b": repr(0.30000000000000004), "c": repr(float("nan")), "d": "1.0"},
+        {"a": repr(0.1), "b": repr(0.3), "c": repr(float("nan")), "e": "2.0"})
+    assert out["a"][2] == "same"
+    assert out["b"][2] == "changed"          # 0.30000000000000004 against 0.3
+    assert out["c"][2] == "same"             # nan is nan
+    assert out["d"][2] == "gone" and out["e"][2] == "new"
+
+
+def test_trailers_accept_what_they_match_and_only_slower_or_changed_fails():
+    report = {"points": [{"id": "Kernels.time_forward(rnn, large)", "verdict": "slower"},
+                         {"id": "Kernels.time_forward(lstm, large)", "verdict": "slower"},
+                         {"id": "Kernels.time_forward(gru, large)", "verdict": "faster"}],
+              "tracks": {"Depth.track_span(rnn, 64)": {"verdict": "changed"},
+                         "Depth.track_span(gru, 64)": {"verdict": "same"}}}
+    assert bench_gate.flagged(report) == ["Kernels.time_forward(rnn, large)",
+                                          "Kernels.time_forward(lstm, large)",
+                                          "Depth.track_span(rnn, 64)"]
+    bench_gate.apply_trailers(report, [re.compile(r"\(rnn, ")])
+    assert bench_gate.flagged(report) == ["Kernels.time_forward(lstm, large)"]
+    assert report["points"][0]["verdict"] == "accepted"
+    assert report["tracks"]["Depth.track_span(rnn, 64)"]["verdict"] == "accepted"
+
+
+# --------------------------------------------------------------------------- git
+
+def test_a_bad_base_names_the_argument(repo):
+    with pytest.raises(bench_gate.GateError, match="--base nosuch is not a commit"):
+        bench_gate.resolve("nosuch", cwd=repo)
+    with pytest.raises(bench_gate.GateError, match=r"--base must name a commit .*got ''"):
+        bench_gate.resolve("", cwd=repo)
+    with pytest.raises(bench_gate.GateError, match="--base must name a commit"):
+        bench_gate.resolve("--all", cwd=repo)
+
+
+def test_a_first_commit_has_nothing_before_it(repo):
+    assert not bench_gate.has_parent("HEAD", cwd=repo)
+    with pytest.raises(bench_gate.GateError, match="HEAD has no such ancestor .*first commit"):
+        bench_gate.resolve("HEAD~1", cwd=repo)
+    (repo / "a.txt").write_text("b\n")
+    _git(repo, "commit", "-q", "-am", "second")
+    assert bench_gate.has_parent("HEAD", cwd=repo)
+    assert len(bench_gate.resolve("HEAD~1", cwd=repo)) == 40
+
+
+def test_a_shallow_clone_says_how_to_fetch_the_base(repo, tmp_path):
+    (repo / "a.txt").write_text("b\n")
+    _git(repo, "commit", "-q", "-am", "second")
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(clone))
+    with pytest.raises(bench_gate.GateError, match=r"HEAD~1 is not in this clone: it is shallow"
+                                                   r".*git fetch --deepen=1"):
+        bench_gate.resolve("HEAD~1", cwd=clone)
+
+
+def test_the_bench_accept_trailer_is_read_from_the_commit_message(repo):
+    (repo / "a.txt").write_text("c\n")
+    _git(repo, "commit", "-q", "-am", "slower on purpose\n\nwhy\n\nBench-Accept: \\(rnn, large\\)")
+    assert [p.pattern for p in bench_gate.accepted_patterns("HEAD", cwd=repo)] == [r"\(rnn, large\)"]
+    assert bench_gate.accepted_patterns("HEAD~1", cwd=repo) == []
+    (repo / "a.txt").write_text("d\n")
+    _git(repo, "commit", "-q", "-am", "bad\n\nBench-Accept: (rnn")
+    with pytest.raises(bench_gate.GateError, match="Bench-Accept trailer .* must be a regular "
+                                                   "expression, got '\\(rnn'"):
+        bench_gate.accepted_patterns("HEAD", cwd=repo)
+
+
+def test_export_writes_the_commits_tree(repo, tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    bench_gate.export("HEAD", dest, cwd=repo)
+    assert (dest / "a.txt").read_text() == "a\n" and not (dest / ".git").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "--base is required"),
+    (["--base", "HEAD", "--rounds", "2"], "--rounds must be at least 3"),
+    (["--base", "HEAD", "--min-sample-s", "0"], "--min-sample-s must be a positive number"),
+    (["--base", "HEAD", "--bench", "("], "--bench must be a regular expression"),
+])
+def test_bad_arguments_say_what_was_expected(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        bench_gate.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the suite's points
+
+def test_the_gate_times_every_family_at_both_sizes_and_tracks_only_deterministic_numbers():
+    from benchmarks import bench_analysers, bench_kernels, bench_machine, common  # noqa: F401
+    from harness import models
+    points = bench_gate.suite_points(common)
+    timed = {p[0] for p in points if p[1] == "time"}
+    assert timed == {f"Kernels.{m}({model}, {size})" for model in models.NAMES
+                     for size in common.SIZES for m in ("time_backward", "time_forward")}
+    tracked = [p for p in points if p[1] == "track"]
+    assert tracked and all(p[2].deterministic and p[2].suite == "default" for p in tracked)
+    assert {p[2].__name__ for p in tracked} == {"Depth", "DecayRate", "AttentionDecayRate"}
+
+
+def test_one_run_of_the_workers_reports_every_asked_point(tmp_path):
+    """Three workers on this checkout, one cheap timed point and one track, three rounds."""
+    with open(tmp_path / "log", "w") as log:
+        report = bench_gate.run({"base": ROOT, "base2": ROOT, "head": ROOT}, rounds=3,
+                                min_sample_s=0.001, say=lambda *_: None, log=log,
+                                bench=r"^Kernels\.time_forward\(rnn, small\)$|"
+                                      r"^Depth\.track_span\(rnn, 64\)$")
+    (p,) = report["points"]
+    assert p["id"] == "Kernels.time_forward(rnn, small)" and p["label"] == "head"
+    assert p["lo"] <= p["ratio"] <= p["hi"] and p["floor"] >= bench_gate.MIN_CHANGE
+    assert p["verdict"] in {"same", "slower", "faster"}
+    assert {k: len(v) for k, v in p["samples"].items()} == {"base": 3, "base2": 3, "head": 3}
+    assert report["tracks"] == {"Depth.track_span(rnn, 64)": {
+        "base": report["tracks"]["Depth.track_span(rnn, 64)"]["base"],
+        "head": report["tracks"]["Depth.track_span(rnn, 64)"]["base"], "verdict": "same"}}
+    assert len(report["load"]) == 4                              # the start and each round
+
+
+def test_every_worker_is_pinned_to_one_cpu_this_process_may_use():
+    cpu = bench_gate.gate_cpu()
+    if cpu is not None:
+        import os
+        assert cpu in os.sched_getaffinity(0)
