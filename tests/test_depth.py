@@ -72,7 +72,9 @@ def test_count_table_has_every_part():
                      ("lstm", "input"), ("lstm", "recurrence"), ("lstm", "mul"),
                      ("gru", "input"), ("gru", "recurrence"), ("gru", "mul"),
                      *(("transformer", p) for p in ("projections", "grid", "mix", "out_projection",
-                                                    "feedforward", "norm", "mul"))}
+                                                    "feedforward", "norm", "mul")),
+                     *((f"linear_attention{form}", p) for form in ("", "-parallel", "-chunked")
+                       for p in ("projections", "mul", "product", "grid", "mix"))}
     assert (counts.macs == counts.closed_form).all()
 
 
@@ -132,6 +134,11 @@ def test_tracing_T2000_is_tractable():
     assert tab.set_index("model").loc["attention", "span"] == 9
     assert tab.set_index("model").loc["lru", "span"] == 4000
     assert tab.set_index("model").loc["lru-scan", "span"] == 1 + 2 * (10 + 10)   # 2000 .. 3 halve
+    # linear attention: its recurrence T steps and 9 more, the masked product 10 at every T, the
+    # chunked form one step per chunk of 64 (32 chunks) and 8 more
+    assert tab.set_index("model").loc["linear_attention", "span"] == 2009
+    assert tab.set_index("model").loc["linear_attention-parallel", "span"] == 10
+    assert tab.set_index("model").loc["linear_attention-chunked", "span"] == 40
 
 
 LOG_T = range(6, 17)       # T = 2^6 .. 2^16

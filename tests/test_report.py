@@ -61,7 +61,8 @@ def _sections(page):
 def test_index_and_every_section(built):
     page = _html(built)
     keys = [k for k, _, _ in _sections(page)]
-    for k in ("decay", "clipping", "depth", "schedule", "work", "wall", "maps", "additive"):
+    for k in ("decay", "clipping", "depth", "schedule", "work", "wall", "maps", "additive",
+              "linear"):
         assert k in keys
     assert "Machine, versions and command" in page
     # the Table-1 view of the depth analyser
@@ -131,7 +132,25 @@ def _expected_in_captions(out):
         "maps": [f"{rm.loc[(8, False)]:.3f} at d_k = 8", f"{rm.loc[(512, False)]:.3f} at d_k = 512",
                  f"{int(diag.rows_max_on_diagonal.iloc[0])} of {int(diag.rows.iloc[0])} rows"],
         "wall": [f"{np.median(w[w.model == 'rnn'].seconds.to_numpy() / w[w.model == 'rnn']['T'].to_numpy()) * 1e6:.1f} µs per step"],
+        "linear": _expected_linear(csv),
     }
+
+
+def _expected_linear(csv):
+    """The linear section's caption: the worst agreement, and each algorithm's span, peak
+    memory and time at the largest T, read off the CSVs by name."""
+    lm, dp, m, w = csv("linear_methods"), csv("depth"), csv("peak_memory"), csv("wall_times")
+    forms = {"linear_attention": "recurrent", "linear_attention-parallel": "parallel",
+             "linear_attention-chunked": "chunked"}
+    span = dp[dp.model.isin(forms) & (dp["T"] == dp["T"].max())].set_index("model").span
+    m = m[m.model.isin(forms)].dropna(subset=["peak_bytes"])
+    mem = m[m["T"] == m["T"].max()].set_index("model").peak_bytes
+    w = w[w.model.isin(forms)]
+    sec = w[w["T"] == w["T"].max()].set_index("model").seconds
+    return ([f"agree to {(lm.max_abs_diff / lm.max_abs_output).max():.1e} of max |y|",
+             ", ".join(f"{forms[f]} {int(span[f]):,}" for f in forms) + " operations"]
+            + [f"{forms[f]} {mem[f] / 2**20:.1f} MiB" for f in forms]
+            + [f"{forms[f]} {sec[f] * 1e3:.1f} ms" for f in forms])
 
 
 def test_captions_state_numbers_computed_another_way(built):
@@ -329,6 +348,16 @@ def test_report_files_are_readable_by_others(built):
     assert built.stat().st_mode & 0o777 == 0o777 & ~mask      # not mkdtemp's 0700
     for path in built.iterdir():
         assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path.name
+
+
+def test_linear_attentions_claims_are_judged_on_the_reports_own_frames(built):
+    from harness.analysis import claims
+    t = pd.read_csv(built / "claims.csv").set_index("claim")
+    for fn in (claims.linear_recurrence_or_parallel, claims.selective_gate_depends_on_input):
+        assert t.loc[fn.text, "verdict"] == claims.HOLDS, t.loc[fn.text, "measured"]
+    lm = pd.read_csv(built / "linear_methods.csv")
+    assert t.loc[claims.linear_recurrence_or_parallel.text, "value"] == pytest.approx(
+        (lm.max_abs_diff / lm.max_abs_output).max())
 
 
 def test_the_first_section_is_the_claims_table(built):

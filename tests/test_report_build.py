@@ -157,9 +157,17 @@ class _Recorder:
         return out
 
 
+# the lessons' smaller checks (harness.analysis.lesson_checks), stubbed as every analyser is
+LESSON_CHECKS = ("self_attention_shapes", "unprojected_symmetry", "unequal_lengths",
+                 "softmax_jacobian", "kv_shuffle", "recurrence_halves", "additive_bias",
+                 "additive_widths", "score_gradient_rows", "encoder_routes", "additive_cost",
+                 "additive_timing")
+
+
 def _stubbed_sections(tmp_path, depth_frame=None, history=None):
     """``build._sections`` with every analyser stubbed by a ``_Recorder``: returns
     (cfg, sections, progress messages, {recorder: calls}, (decay frame, depth frame))."""
+    from harness.models import linear_attention as linear
     from harness.report import build
     from harness.report import history as asv
     cfg = dataclasses.replace(
@@ -192,6 +200,15 @@ def _stubbed_sections(tmp_path, depth_frame=None, history=None):
         (build.lessons, "lesson_draw_percentiles"): _Recorder("lesson_draw"),
         (build.lessons, "additive_maps"): _Recorder("additive_maps"),
         (build.lessons, "lesson_additive_routes"): _Recorder("routes"),
+        (linear, "method_agreement"): _Recorder("linear_methods"),
+        (linear, "selective_spread"): _Recorder("linear_draws"),
+        (linear, "spread_summary"): _Recorder("linear_spread",
+                                              lambda draws: draws.assign(summary_of=draws.made_by)),
+        (build.lessons, "lesson_additive_figures"): _Recorder("additive_figures"),
+        (build.figure1, "box_table"): _Recorder("boxes"),
+        (build.figure1, "cost_over_heads"): _Recorder("heads"),
+        (build.figure1, "layer_work"): _Recorder("layer_work"),
+        **{(build.lesson_checks, name): _Recorder(name) for name in LESSON_CHECKS},
     }
     if history is not None:
         fakes[(asv, "kernel_history")] = _Recorder("history", lambda h: history)
@@ -246,7 +263,19 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     assert wall["wall_times"].made_by[0] == "wall" and wall["exponents"].made_by[0] == "exponents"
     assert wall["wall_samples"].made_by[0] == "wall samples"
     assert by_key["memory"][0]["peak_memory"].made_by[0] == "memory"
+    linear = by_key["linear"][0]                  # the frames above, shared, and its own two
+    assert linear["depth"] is depth_frame and linear["wall_times"] is wall["wall_times"]
+    assert linear["peak_memory"] is by_key["memory"][0]["peak_memory"]
+    assert calls["linear_methods"] == [((), {})] and calls["linear_draws"] == [((), {})]
+    assert linear["linear_methods"].made_by[0] == "linear_methods"
+    assert linear["linear_spread"].summary_of[0] == "linear_draws"
     assert by_key["maps"][0]["row_max_lesson"].made_by[0] == "lesson_draw"
+    lesson_frames = {**by_key["maps"][0], **by_key["additive"][0]}
+    assert all(lesson_frames[name].made_by[0] == name for name in LESSON_CHECKS)
+    assert all(calls[name] for name in LESSON_CHECKS)
+    assert calls["layer_work"] == [((cfg.depth.T_values, cfg.depth.d), {})]
+    assert calls["heads"] == [((7, cfg.depth.d), {})]        # the scheduled T, the traced d
+    assert by_key["transformer"][0]["figure1_boxes"].made_by[0] == "boxes"
     assert by_key["additive"][0]["additive_routes"].made_by[0] == "routes"
     assert "history" not in by_key                       # no asv results: no section
     for frames, figs in by_key.values():
@@ -302,6 +331,9 @@ def test_report_sections_are_announced_titled_and_filed_in_order(tmp_path):
          ["wall_times", "wall_samples", "exponents", "rates"], [("wall_times", "figure_wall")]),
         ("memory", "Measured: peak memory against T", ["peak_memory"],
          [("peak_memory", "figure_memory")]),
+        ("linear", "Linear attention: one model, three algorithms",
+         ["depth", "wall_times", "peak_memory", "linear_methods", "linear_spread"],
+         [("linear_algorithms", "figure_linear")]),
         ("maps", "Self-attention: the diagonal, projections and √d_k",
          ["attention_maps", "attention_diagonal", "row_max", "row_max_lesson",
           "self_attention_shapes", "unprojected_symmetry", "unequal_lengths", "softmax_jacobian",

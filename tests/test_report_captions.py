@@ -534,3 +534,73 @@ def test_transformer_caption_states_the_boxes_the_heads_and_the_crossover():
     assert "does 900, 900 multiplications for h = 1, 2 (T = 16, d = 8)" in cap
     # q T^2 = l T at T = 800 / 16 = 50 = 6.25 d; at T = 64 the layer does 116,736 / 1,000
     assert "only at T = 50 (6.25·d); at T = 64 the layer does 116.7× the LSTM's" in cap
+
+
+# ----------------------------------------------------------------------------- linear attention
+
+_LIN = ("linear_attention", "linear_attention-parallel", "linear_attention-chunked")
+
+
+def _linear_frames():
+    """The linear section's frames, with another family's rows beside them that must be left out."""
+    methods = pd.DataFrame([dict(T=T, d=16, decay=dec, dtype="float64", methods="recurrent/parallel",
+                                 max_abs_diff=3e-15 if (T, dec) == (200, "constant") else 1e-16,
+                                 max_abs_output=1.5)
+                            for T in (1, 200, 1000) for dec in ("none", "constant", "selective")])
+    depth = pd.DataFrame([dict(model=m, T=T, d=512, span=s)
+                          for m, spans in (("rnn", (150, 6000)), (_LIN[0], (59, 2009)),
+                                           (_LIN[1], (10, 10)), (_LIN[2], (10, 40)))
+                          for T, s in zip((50, 2000), spans)])
+    mib = 2.0 ** 20
+    memory = pd.DataFrame([dict(model=m, T=T, d=64, dtype="float32", peak_bytes=p * mib,
+                                output_bytes=0, estimate_bytes=0)
+                           for m, peaks in (("attention", (70, 900)), (_LIN[0], (1, 4)),
+                                            (_LIN[1], (16, 256)), (_LIN[2], (1.5, 6)))
+                           for T, p in zip((1024, 4096), peaks)])
+    wall = pd.DataFrame([dict(model=m, T=T, d=512, threads=1, seconds=s, seconds_lo=0.9 * s,
+                              seconds_hi=1.2 * s, rounds=5)
+                         for m, secs in (("rnn", (0.1, 9.0)), (_LIN[0], (0.25, 0.5)),
+                                         (_LIN[1], (0.05, 0.2)), (_LIN[2], (0.01, 0.02)))
+                         for T, s in zip((1024, 2048), secs)])
+    return {"linear_methods": methods, "depth": depth, "peak_memory": memory, "wall_times": wall}
+
+
+def test_linear_caption_states_agreement_spans_memory_and_time():
+    cap = captions.caption_linear(_linear_frames())
+    # 3e-15 / 1.5: the worst row, T = 200, constant decay
+    assert "Their outputs agree to 2.0e-15 of max |y| (float64, T = 1 to 1,000, every decay)" in cap
+    assert ("Traced at d = 512 and T = 2,000, the spans differ in kind: recurrent 2,009, "
+            "parallel 10, chunked 40 operations (at T = 50: 59, 10, 10)") in cap
+    # 4 MiB from 1 MiB over 4x T: T^1.00; 256 from 16: T^2.00; the attention row left out
+    assert ("Peak memory of one forward at T = 4,096 (float32, d = 64): recurrent 4.0 MiB "
+            "(T^1.00), parallel 256.0 MiB (T^2.00), chunked 6.0 MiB (T^1.00)") in cap
+    assert ("Forward time at T = 2,048 (d = 512) (median of 5 interleaved rounds, 95 % intervals): "
+            "recurrent 500.0 ms [450.0, 600.0], parallel 200.0 ms [180.0, 240.0], chunked 20.0 ms "
+            "[18.0, 24.0]: the chunked form is 25.0× faster than the recurrent one.") in cap
+    _lacks(cap, 6000, 0)
+    _lacks(cap, 900, 0)
+
+
+def test_linear_caption_leaves_out_a_size_the_parallel_form_could_not_run():
+    f = _linear_frames()
+    f["peak_memory"] = pd.concat([f["peak_memory"], pd.DataFrame([dict(
+        model=_LIN[1], T=16384, d=64, dtype="float32", peak_bytes=math.nan, output_bytes=0,
+        estimate_bytes=0)])])
+    cap = captions.caption_linear(f)
+    assert "Peak memory of one forward at T = 4,096" in cap      # NaN: refused, not measured
+
+
+def test_linear_figure_draws_three_measures_of_three_algorithms():
+    from harness.report import figures
+    f = _linear_frames()
+    long = figures._linear_long(f)
+    assert sorted(long.measure.unique()) == ["forward time (s)", "peak memory (MiB)",
+                                             "span (operations, traced)"]
+    assert set(long.algorithm) == {"recurrent", "parallel", "chunked"}
+    assert len(long) == 3 * 3 * 2                              # no rnn or attention rows
+    mem = long[(long.measure == "peak memory (MiB)") & (long.algorithm == "parallel")]
+    assert mem.value.tolist() == [16.0, 256.0]
+    fig = figures.figure_linear(f)
+    assert len(fig.axes) == 3
+    assert all(len(ax.get_lines()) >= 3 for ax in fig.axes)
+    figures.encode(fig)

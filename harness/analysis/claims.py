@@ -826,6 +826,68 @@ QUOTES = {
 }
 
 
+# ----------------------------------------------------------------------------- linear attention
+
+SPREAD_MIN = 0.1       # decades of prod a_t between the 5th and 95th percentile: "depends on x"
+
+
+@_claim("The same model can be computed as a recurrence or in parallel",
+        "goodbye to recurrence, asked of today's linear attention", "linear_methods", "depth")
+def linear_recurrence_or_parallel(f):
+    """Linear attention's three algorithms give the same outputs to rounding (float64), while
+    their spans differ in kind over T: the recurrence's grows by a steady number of operations
+    per position, the masked T x T product's stays constant, the chunked form's lies between
+    (no shorter than the product's, shorter than the recurrence's at the largest T) and grows
+    more slowly than the recurrence's."""
+    m = f["linear_methods"]
+    worst = numbers.linear_agreement(m)
+    span = numbers.linear_spans(f["depth"])
+    rec, par, chk = span.columns
+    T = span.index.to_series()
+    slope = span.diff().div(T.diff(), axis=0).iloc[1:]          # operations per position
+    same = bool(worst.relative < numbers.LINEAR_AGREE)
+    linear = bool(len(slope) and slope[rec].min() >= 1.0
+                  and slope[rec].max() / slope[rec].min() < 1.05)
+    constant = span[par].nunique() == 1
+    last = span.iloc[-1]
+    between = bool((span[chk] >= span[par]).all() and last[par] < last[chk] < last[rec]
+                   and slope[chk].mean() < slope[rec].mean())
+    T0, T1 = int(T.iloc[0]), int(T.iloc[-1])
+    per = (span.iloc[-1] - span.iloc[0]) / (T1 - T0)
+    return _row(f"over T = {int(m['T'].min())} to {int(m['T'].max()):,} and the decays "
+                f"{', '.join(m.decay.unique())}, the three algorithms' outputs differ by at most "
+                f"{worst.relative:.1e} of max |y| ({worst.methods}, {worst.decay} decay, "
+                f"T = {int(worst['T'])}); from T = {T0:,} to {T1:,} the recurrence's span goes "
+                f"from {int(span[rec].iloc[0]):,} to {int(last[rec]):,} operations ({per[rec]:.2f} "
+                f"per position), the chunked form's from {int(span[chk].iloc[0]):,} to "
+                f"{int(last[chk]):,} ({per[chk]:.4f} per position) and the masked T × T product's "
+                f"from {int(span[par].iloc[0])} to {int(last[par])}",
+                worst.relative, HOLDS if same and linear and constant and between else FAILS)
+
+
+@_claim("A selective gate makes the gradient path depend on the input",
+        "goodbye to recurrence, asked of today's gated linear attention", "linear_spread")
+def selective_gate_depends_on_input(f):
+    """At the largest distance, prod a_t over input draws spreads over more than SPREAD_MIN
+    decades (5th to 95th percentile) under the selective gate, and not at all under a
+    constant gamma or no decay."""
+    s = f["linear_spread"]
+    at = numbers.linear_spread_at(s)
+    top = numbers.linear_spread_at(s, float(s.input_scale.max()))
+    sel, fixed = at.loc["selective"], at.drop(index="selective")
+    k = int(sel.distance)
+    spreads = bool(sel.decades > SPREAD_MIN)
+    flat = bool((fixed.decades.abs() < 1e-12).all())
+    return _row(f"at distance {k}, over the input draws, ∏ a_t under the selective gate spans "
+                f"{sel.decades:.2f} decades between its 5th and 95th percentiles "
+                f"(10^{sel.log10_p05:+.2f} to 10^{sel.log10_p95:+.2f}) at input scale "
+                f"{numbers.UNIT_SCALE:g} and {top.loc['selective'].decades:.1f} at input scale "
+                f"{top.loc['selective'].input_scale:g}; "
+                + ", ".join(f"{dec} decay {r.decades:.2f}" for dec, r in fixed.iterrows())
+                + " decades (one value for every input)",
+                sel.decades, HOLDS if spreads and flat else FAILS)
+
+
 # In the order the lessons make them: additive attention, goodbye to recurrence, self-attention
 CLAIMS = (additive_hand_weights, additive_no_bias, additive_param_count, additive_widths_differ,
           additive_no_tanh_same_rows, additive_score_rows_sum_to_zero, additive_routes_skip_whh,
@@ -840,7 +902,8 @@ CLAIMS = (additive_hand_weights, additive_no_bias, additive_param_count, additiv
           diagonal_without_projections, projections_widget, map_square_rows_one, params_without_T,
           heads_cost_is_flat, scores_symmetric_weights_not, longer_closes_on_diagonal,
           longest_takes_the_row, length_one_nearly_even, projections_look_elsewhere,
-          unscaled_saturates, sqrt_dk, saturation_gradient)
+          unscaled_saturates, sqrt_dk, saturation_gradient,
+          linear_recurrence_or_parallel, selective_gate_depends_on_input)
 
 
 def claims_table(frames):

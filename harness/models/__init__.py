@@ -34,6 +34,7 @@ NAMES = (
     "lstm",
     "gru",
     "transformer",
+    "linear_attention",
 )
 
 # The lessons' two models, whose claims the report's captions state.
@@ -43,6 +44,8 @@ ATTENTION = "attention"
 PARALLEL_RECURRENCE = "lru"
 # ... and the gated recurrences the goodbye-to-recurrence lesson names
 GATED_RECURRENCES = ("lstm", "gru")
+# ... and linear attention, one model computed as a recurrence, in parallel or in chunks
+LINEAR_ATTENTION = "linear_attention"
 
 # The gradient-path frame: one row per (family, configuration, distance), these columns in
 # this order. The configuration's columns come first (the summary groups by them; a family

@@ -110,6 +110,14 @@ def _sections(config, progress):
     yield ("memory", "Measured: peak memory against T", {"peak_memory": mem},
            [("peak_memory", figures.figure_memory)])
 
+    # linear attention: one model, three algorithms, read off the depth, wall and memory above
+    from harness.models import linear_attention as linear
+    yield ("linear", "Linear attention: one model, three algorithms",
+           {"depth": dt, "wall_times": wall, "peak_memory": mem,
+            "linear_methods": linear.method_agreement(),
+            "linear_spread": linear.spread_summary(linear.selective_spread())},
+           [("linear_algorithms", figures.figure_linear)])
+
     progress("attention experiments of the lessons")
     maps = lessons.self_attention_maps(config.lessons)
     yield ("maps", "Self-attention: the diagonal, projections and √d_k",

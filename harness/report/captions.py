@@ -317,12 +317,54 @@ def caption_transformer(f):
             + " multiplications.")
 
 
+def caption_linear(f):
+    """Linear attention's three algorithms: how closely their outputs agree, and their span,
+    peak memory and forward time at the largest T each was measured at."""
+    names = dict(zip(numbers.linear_forms(), numbers.LINEAR_ALGORITHMS))
+    worst = numbers.linear_agreement(f["linear_methods"])
+    methods = f["linear_methods"]
+    span = numbers.linear_spans(f["depth"]).rename(columns=names)
+    T1, d = int(span.index[-1]), int(f["depth"].d.iloc[0])
+    m = f["peak_memory"]
+    m = m[m.model.isin(names)].dropna(subset=["peak_bytes"])
+    Tm = int(m["T"].max())
+    mem = m[m["T"] == Tm].set_index("model").peak_bytes.rename(index=names)
+    growth = {names[k]: v for k, v in peakmem.growth_exponents(m).items()}
+    w = f["wall_times"]
+    w = w[w.model.isin(names)]
+    Tw = int(w["T"].max())
+    wt = w[w["T"] == Tw].set_index("model").rename(index=names)
+    fast, slow = wt.seconds.idxmin(), wt.seconds.idxmax()
+    rounds = f" (median of {int(wt['rounds'].iloc[0])} interleaved rounds, 95 % intervals)" \
+        if "rounds" in wt else ""
+    return (f"One model, three algorithms: causal linear attention (elu + 1 features, normalised) "
+            f"computed as a recurrence over a d_k × d_v state, as one masked T × T product, and "
+            f"in chunks that carry the state between them. Their outputs agree to "
+            f"{worst.relative:.1e} of max |y| (float64, T = {int(methods['T'].min())} to "
+            f"{int(methods['T'].max()):,}, every decay). Traced at d = {d} and T = {T1:,}, the "
+            f"spans differ in kind: "
+            + ", ".join(f"{a} {int(span[a].iloc[-1]):,}" for a in span.columns)
+            + f" operations (at T = {int(span.index[0]):,}: "
+            + ", ".join(f"{int(span[a].iloc[0]):,}" for a in span.columns)
+            + f"). Peak memory of one forward at T = {Tm:,} ({m.dtype.iloc[0]}, "
+            f"d = {int(m.d.iloc[0])}): "
+            + ", ".join(f"{a} {mem[a] / 2**20:.1f} MiB"
+                        + (f" (T^{growth[a]:.2f})" if math.isfinite(growth[a]) else "")
+                        for a in mem.index)
+            + f". Forward time at T = {Tw:,} (d = {int(wt.d.iloc[0])}){rounds}: "
+            + ", ".join(f"{a} {r.seconds * 1e3:.1f} ms [{r.seconds_lo * 1e3:.1f}, "
+                        f"{r.seconds_hi * 1e3:.1f}]" for a, r in wt.iterrows())
+            + f": the {fast} form is {wt.seconds[slow] / wt.seconds[fast]:.1f}× faster than "
+            f"the {slow} one.")
+
+
 CAPTIONS = {
     "decay": caption_decay, "clipping": caption_clipping, "depth": caption_depth,
     "schedule": caption_schedule, "work": caption_work, "maps": caption_maps,
     "additive": caption_additive, "wall": caption_wall, "history": caption_history,
     "attention_path": caption_attention_path, "memory": caption_memory,
     "recurrence": caption_recurrence, "gated": caption_gated, "transformer": caption_transformer,
+    "linear": caption_linear,
 }
 
 

@@ -300,3 +300,30 @@ def figure_history(f):
     for ax in g.axes.flat:
         ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     return g.figure
+
+
+def _linear_long(f):
+    """The linear attention section's three measures over T as one long frame: span (traced),
+    peak memory of one forward (MiB) and forward time (s), a row per (measure, algorithm, T)."""
+    names = dict(zip(numbers.linear_forms(), numbers.LINEAR_ALGORITHMS))
+    parts = []
+    for frame, column, measure in ((f["depth"], "span", "span (operations, traced)"),
+                                   (f["peak_memory"], "peak_bytes", "peak memory (MiB)"),
+                                   (f["wall_times"], "seconds", "forward time (s)")):
+        d = frame[frame.model.isin(names)].dropna(subset=[column])
+        scale = 2.0 ** -20 if column == "peak_bytes" else 1.0
+        parts.append(pd.DataFrame({"measure": measure, "algorithm": d.model.map(names),
+                                   "T": d["T"], "value": d[column] * scale}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def figure_linear(f):
+    """Linear attention's three algorithms (one model): span, peak memory and forward time
+    against T, one panel each."""
+    g = sns.relplot(data=_linear_long(f), x="T", y="value", hue="algorithm", style="algorithm",
+                    col="measure", kind="line", markers=True, dashes=False, height=3.2, aspect=1.1,
+                    facet_kws={"sharey": False, "sharex": False})
+    g.set(xscale="log", yscale="log")
+    g.set_titles("{col_name}")
+    g.set_axis_labels("T", "")
+    return g.figure

@@ -141,3 +141,39 @@ def row_max_ends(rm):
 def lesson_routes(routes):
     """The additive-attention routes at the lesson's va scale."""
     return routes[routes.va_scale == LESSON_VA_SCALE].iloc[0]
+
+
+# ------------------------------------------------------------------ linear attention
+
+LINEAR_AGREE = 1e-10        # "equal to rounding": max |Y_a - Y_b| / max |Y| in float64
+
+
+def linear_forms():
+    """The linear attention family's traced forms, in its order: the recurrence (named as the
+    family), the masked T x T product, the chunked form."""
+    return [f.name for f in models.get(models.LINEAR_ATTENTION).tracing.forms]
+
+
+def linear_spans(depth, column="span"):
+    """(T x form) of a depth-like frame's ``column`` for the linear attention forms, smallest T
+    first, the forms in the family's order (a form the frame lacks: a KeyError naming it)."""
+    forms = linear_forms()
+    d = depth[depth.model.isin(forms)]
+    return d.pivot(index="T", columns="model", values=column).sort_index()[forms]
+
+
+def linear_agreement(methods):
+    """The worst row of the method-agreement frame (``linear_attention.method_agreement``):
+    the largest max_abs_diff / max_abs_output over T, decay and pair of methods."""
+    rel = methods.max_abs_diff / methods.max_abs_output
+    return methods.assign(relative=rel).loc[rel.idxmax()]
+
+
+def linear_spread_at(summary, scale=UNIT_SCALE):
+    """The spread summary's rows (``linear_attention.spread_summary``) at the largest distance
+    and input scale ``scale``, indexed by decay ("none", "constant", "selective")."""
+    s = summary[summary.input_scale == scale]
+    return s[s.distance == s.distance.max()].set_index("decay")
+
+
+LINEAR_ALGORITHMS = ("recurrent", "parallel", "chunked")    # linear_forms(), as the kernel names them
