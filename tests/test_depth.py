@@ -466,7 +466,8 @@ def test_measure_wall_times_runs_the_kernels():
     (["depth", "--T", "10", "--d", "4", "--measure-T", "8", "8"], "--measure-T"),
     (["depth", "--T", "10", "--d", "100000", "--no-measure"], "--T/--d: tracing the rnn"),
     (["depth", "--T", "10", "--d", "4", "--schedule-T", "1000000", "--no-measure"],
-     "--schedule-T/--d"),
+     "--schedule-T: must be at most 16,384"),
+    (["depth", "--T", "1000000", "--d", "4096", "--no-measure"], "--T/--d: tracing the"),
     (["depth", "--T", "10", "--d", "4", "--measure-T", "8", "1000000"], "--measure-T"),
     (["depth", "--T", "10", "--d", "4", "--scaling-T", "0"], "--scaling-T"),
 ])
@@ -486,7 +487,7 @@ def test_cli_memory_error_creates_no_out_dir(tmp_path, capsys):
 def test_cli_failure_leaves_no_empty_out_dir(tmp_path, capsys, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(depth, "count_table", boom)
+    monkeypatch.setattr(depth, "tables", boom)
     out = tmp_path / "o"
     assert cli.main(["depth", "--T", "5", "--d", "4", "--no-measure", "--out", str(out)]) == 130
     assert not out.exists()
@@ -496,8 +497,10 @@ def test_trace_model_refuses_what_does_not_fit(monkeypatch):
     monkeypatch.setattr(depth, "available_memory_bytes", lambda: 2**30)
     with pytest.raises(ValueError, match=r"T=10, d=100000"):
         depth.trace_model("rnn", 10, 100_000)
-    with pytest.raises(ValueError, match=r"attention at T=100000, d=4"):
-        depth.trace_model("attention", 100_000, 4)
+    # attention's T x T grids are a row and a column term each: T = 100,000 fits in 1 GiB ...
+    depth.check_trace_memory("attention", 100_000, 4, available=2**30)
+    with pytest.raises(ValueError, match=r"attention at T=100000000, d=4"):
+        depth.trace_model("attention", 100_000_000, 4)     # ... and its (T, d) values are O(T)
 
 
 @pytest.mark.parametrize("model", list(models.traced_forms()))
@@ -724,12 +727,12 @@ def test_the_widths_count_in_the_memory_check():
 
 
 def test_a_memory_refusal_states_bytes_and_gib_that_agree():
-    T, d = 3000, 64
+    T, d = 3_000_000, 64              # GiB large (its T x T grids are O(T): issue #26)
     need = models.form("attention")[1].trace_memory_bytes(T, d)
     avail = need // 3
     with pytest.raises(MemoryError) as e:
         depth.check_trace_memory("attention", T, d, available=avail)
-    m = re.fullmatch(r"tracing the attention at T=3000, d=64 needs about ([\d,]+) bytes "
+    m = re.fullmatch(r"tracing the attention at T=3000000, d=64 needs about ([\d,]+) bytes "
                      r"\(([\d.]+) GiB\) but only ([\d.]+) GiB are available; use a smaller T or d",
                      str(e.value))
     assert m, str(e.value)

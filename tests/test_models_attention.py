@@ -386,14 +386,19 @@ def test_attention_paths_defaults_are_the_sweeps_first_configuration():
 
 
 @pytest.mark.parametrize("d, d_k, d_v", [(5, 3, 2), (2, 5, 3), (3, 2, 5)])
-def test_attention_trace_memory_is_four_widest_rows_twice_the_weights_and_five_grids(d, d_k, d_v):
+def test_attention_trace_memory_is_eight_widest_rows_twice_the_weights_and_five_grids(d, d_k, d_v):
+    """Small: every value dense, eight (T, width) rows and five T x T grids of 8 bytes each;
+    at T = 65,536 a grid is its row and column terms, 2 T of them (issue #26)."""
     from harness.analysis import trace
     T, e = 7, trace.BYTES_PER_ELEMENT
     weights = sum(math.prod(shape) for _, shape, _, _ in att_family.trace_weights(d, d_k=d_k, d_v=d_v))
     assert weights == d * (2 * d_k + d_v)
     grid = np.empty((T, T)).nbytes
-    want = e * (4 * T * max(d, d_k, d_v) + 2 * weights) + 5 * grid
+    want = e * (8 * T * max(d, d_k, d_v) + 2 * weights) + 5 * grid
     assert att_family.trace_memory_bytes(T, d, d_k=d_k, d_v=d_v) == want
+    big = 65536
+    assert att_family.trace_memory_bytes(big, 4) == e * (2 * big * 4 + 2 * 4 * 12 + 6 * (big + 4)
+                                                          + 5 * 2 * big)
     assert att_family.trace_memory_bytes(T, d) == att_family.trace_memory_bytes(T, d, d_k=d, d_v=d)
 
 

@@ -80,11 +80,11 @@ class Trace:
     def max_path(self):
         """Fewest operations from input position 1 to output position T."""
         y = self.outputs[0]
-        return int(y.dist[..., self.T - 1, :].min())
+        return int(y._dist.index((Ellipsis, self.T - 1, slice(None))).total())
 
     @property
     def scalar_span(self):
-        return int(max(int(y.sdepth.max()) for y in self.outputs))
+        return int(max(int(y._sdep.total()) for y in self.outputs))
 
     @property
     def scalar_work(self):
@@ -145,6 +145,36 @@ def traced(traces, model, T, d):
 
 # ----------------------------------------------------------------------------- tables
 
+def _count_rows(model, fam, form, tr):
+    """count_table's rows of one trace: one per part, traced and closed form side by side."""
+    counted, closed = tr.macs_by_part(), form.macs(tr.T, tr.d)
+    return [dict(model=model, T=tr.T, d=tr.d, part=part, macs=counted.get(part, 0),
+                 flops=2 * counted.get(part, 0), closed_form=closed.get(part, 0),
+                 in_lesson_comparison=part in fam.tracing.lesson_parts)
+            for part in sorted(set(counted) | set(closed))]
+
+
+def _checked_counts(rows):
+    frame = pd.DataFrame(rows)
+    bad = frame[frame.macs != frame.closed_form]
+    if len(bad):
+        raise AssertionError(f"traced counts differ from the closed forms:\n{bad}")
+    return frame
+
+
+def _depth_row(model, lesson_parts, tr):
+    """depth_table's row of one trace; ``lesson_parts``: the parts ``macs`` sums (None: all)."""
+    parts = tr.macs_by_part()
+    macs = sum(parts.values()) if lesson_parts is None else \
+        sum(parts.get(p, 0) for p in lesson_parts)
+    sw, ss = tr.scalar_work, tr.scalar_span
+    return dict(model=model, T=tr.T, d=tr.d,
+                macs=macs, flops=2 * macs, macs_all=sum(parts.values()),
+                ops=tr.ops, span=tr.span, max_path=tr.max_path,
+                scalar_work=sw, scalar_span=ss, parallelism=sw / ss,
+                trace_seconds=tr.seconds)
+
+
 def count_table(T_values, d, families=models.NAMES, traces=None):
     """Tidy counts: one row per (traced form, T, part), traced and closed form side by side.
 
@@ -155,19 +185,8 @@ def count_table(T_values, d, families=models.NAMES, traces=None):
     rows = []
     for model, (fam, form) in models.traced_forms(families).items():
         for T in T_values:
-            tr = traced(traces, model, T, d)
-            counted = tr.macs_by_part()
-            closed = form.macs(T, d)
-            for part in sorted(set(counted) | set(closed)):
-                m = counted.get(part, 0)
-                rows.append(dict(model=model, T=T, d=d, part=part, macs=m, flops=2 * m,
-                                 closed_form=closed.get(part, 0),
-                                 in_lesson_comparison=part in fam.tracing.lesson_parts))
-    frame = pd.DataFrame(rows)
-    bad = frame[frame.macs != frame.closed_form]
-    if len(bad):
-        raise AssertionError(f"traced counts differ from the closed forms:\n{bad}")
-    return frame
+            rows += _count_rows(model, fam, form, traced(traces, model, T, d))
+    return _checked_counts(rows)
 
 
 def depth_table(T_values, d, families=models.NAMES, traces=None):
@@ -175,14 +194,168 @@ def depth_table(T_values, d, families=models.NAMES, traces=None):
     rows = []
     for model, (fam, _) in models.traced_forms(families).items():
         for T in T_values:
-            tr = traced(traces, model, T, d)
-            parts = tr.macs_by_part()
-            macs = sum(parts.get(p, 0) for p in fam.tracing.lesson_parts)
-            sw, ss = tr.scalar_work, tr.scalar_span
-            rows.append(dict(
-                model=model, T=T, d=d,
-                macs=macs, flops=2 * macs, macs_all=sum(parts.values()),
-                ops=tr.ops, span=tr.span, max_path=tr.max_path,
-                scalar_work=sw, scalar_span=ss, parallelism=sw / ss,
-                trace_seconds=tr.seconds))
+            rows.append(_depth_row(model, fam.tracing.lesson_parts, traced(traces, model, T, d)))
     return pd.DataFrame(rows)
+
+
+def tables(T_values, d, families=models.NAMES, keep=(), progress=None):
+    """(count_table, depth_table, kept traces) with each (form, T) traced once and dropped as
+    soon as its rows are read, unless T is in ``keep`` (the lengths the schedule reuses):
+    so that T = 65,536 holds one trace at a time. ``progress(line)`` hears of each trace."""
+    counts, rows, kept = [], [], {}
+    for model, (fam, form) in models.traced_forms(families).items():
+        for T in T_values:
+            tr = trace_model(model, T, d)
+            if progress is not None:
+                progress(f"traced {model} at T = {T:,} in {tr.seconds:.1f} s")
+            counts += _count_rows(model, fam, form, tr)
+            rows.append(_depth_row(model, fam.tracing.lesson_parts, tr))
+            if T in set(keep):
+                kept[(model, T, d)] = tr
+            del tr
+    return _checked_counts(counts), pd.DataFrame(rows), kept
+
+
+# ----------------------------------------------------------------------------- a user's forward
+
+DIMENSIONS = ("T", "d")      # the symbols a --shape may use beside integers
+
+
+def parse_shape(text, arg="--shape"):
+    """``"X=T,d"`` -> ("X", ("T", "d")): an input's name and its dimensions, each an integer,
+    T, d, or an integer times T or d (``3*d``)."""
+    name, eq, dims = text.partition("=")
+    if not eq or not name.isidentifier() or not dims:
+        raise ValueError(f"{arg}: expected NAME=DIM,DIM,... (e.g. X=T,d or W_hh=d,d), got {text!r}")
+    out = []
+    for tok in dims.split(","):
+        tok = tok.strip()
+        k, star, sym = tok.rpartition("*")
+        ok = (tok.isdigit() and int(tok) > 0) or tok in DIMENSIONS or (
+            star and k.isdigit() and int(k) > 0 and sym in DIMENSIONS)
+        if not ok:
+            raise ValueError(f"{arg}: each dimension of {name} must be a positive integer, T, d "
+                             f"or k*T / k*d, got {tok!r} in {text!r}")
+        out.append(tok)
+    return name, tuple(out)
+
+
+def _size(tok, T, d):
+    if tok.isdigit():
+        return int(tok)
+    k, _, sym = tok.rpartition("*")
+    return (int(k) if k else 1) * {"T": T, "d": d}[sym]
+
+
+def load_forward(spec, arg="--forward"):
+    """The function ``spec`` names: ``package.module:function`` (imported, the working folder
+    first on the path) or ``path/to/file.py:function``."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+    if callable(spec):
+        return spec
+    mod, colon, fn = str(spec).rpartition(":")
+    if not colon or not mod or not fn.isidentifier():
+        raise ValueError(f"{arg}: expected package.module:function or file.py:function, got {spec!r}")
+    if mod.endswith(".py") or os.sep in mod:
+        if not os.path.isfile(mod):
+            raise ValueError(f"{arg}: no file {mod!r}")
+        name = "_harness_forward_" + os.path.splitext(os.path.basename(mod))[0]
+        module_spec = importlib.util.spec_from_file_location(name, mod)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            raise ValueError(f"{arg}: cannot import {mod!r} ({e}); run from the folder that holds "
+                             f"it, set PYTHONPATH, or give file.py:function") from None
+    f = getattr(module, fn, None)
+    if not callable(f):
+        raise ValueError(f"{arg}: {mod!r} has no function {fn!r}")
+    return f
+
+
+def _user_line(exc):
+    """' (called at FILE:LINE: code)' of the innermost frame of ``exc`` outside the tracer,
+    NumPy and SciPy: the user's line that raised it."""
+    import os
+    import traceback
+
+    import numpy as np
+    import scipy
+    inside = (os.path.dirname(np.__file__) + os.sep, os.path.dirname(scipy.__file__) + os.sep,
+              os.path.dirname(trace.__file__) + os.sep)
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not frame.filename.startswith(inside):
+            return f" (called at {frame.filename}:{frame.lineno}: {(frame.line or '').strip()})"
+    return ""
+
+
+def trace_forward(forward, shapes, T, d, name=None):
+    """Trace a plain NumPy forward written with the tracer's operations, as ``trace_model``
+    traces a family's, without registering a family.
+
+    ``forward``: a function or ``package.module:function``; it is called with one traced array
+    per entry of ``shapes`` ({input name: dimensions}, in the order it takes them; dimensions
+    ints, "T", "d" or "k*T", as ``parse_shape`` reads them). The first input is the sequence:
+    its axis -2 is T and its row 0 is input position 1. The others are weights: a product with
+    one is counted under its name. The forward returns an array (..., T, width) or a tuple
+    whose first such array is the output whose position T ``max_path`` reads. An operation the
+    tracer does not support raises TypeError naming it and the forward's line that called it.
+    """
+    T, d = check_int("T", T), check_int("d", d)
+    f = load_forward(forward)
+    name = name or (forward if isinstance(forward, str) else getattr(f, "__name__", "forward"))
+    if not shapes:
+        raise ValueError("shapes: give each input of the forward a shape, the sequence first "
+                         "(e.g. --shape X=T,d --shape W=d,d)")
+    shapes = {k: tuple(v) for k, v in dict(shapes).items()}
+    first, dims = next(iter(shapes.items()))
+    if len(dims) < 2 or dims[-2] != "T":
+        raise ValueError(f"shapes: the first input ({first}) is the sequence, its second-to-last "
+                         f"dimension must be T, got {first}={','.join(dims)}")
+    t0 = time.perf_counter()
+    g = trace.Graph(weight_parts={k: k for k in list(shapes)[1:]})
+    label = {"T": "T", "d": "d_model"}
+    args = []
+    for i, (k, dims) in enumerate(shapes.items()):
+        shape = tuple(_size(tok, T, d) for tok in dims)
+        axes = tuple(label.get(tok, "?") for tok in dims)
+        args.append(trace.leaf(g, k, shape, axes, source_row=0 if i == 0 else None))
+    try:
+        out = f(*args)
+    except (TypeError, ValueError, IndexError) as e:
+        if "(called at" in str(e):
+            raise
+        raise type(e)(f"tracing {name}: {e}{_user_line(e)}") from e
+    outputs = out if isinstance(out, tuple) else (out,)
+    if not outputs or not all(isinstance(o, trace.Traced) for o in outputs):
+        raise TypeError(f"tracing {name}: the forward must return a traced array or a tuple of "
+                        f"them (built from its inputs with the tracer's operations), got "
+                        f"{type(out).__name__}")
+    y = outputs[0]
+    if y.ndim < 2 or y.shape[-2] != T:
+        raise ValueError(f"tracing {name}: the first output must be (..., T, width) with T = {T} "
+                         f"on its second-to-last axis, got shape {y.shape}")
+    if not g.ops:
+        raise ValueError(f"tracing {name}: the forward did no traced operation")
+    return Trace(name, T, d, g, outputs, time.perf_counter() - t0)
+
+
+def forward_tables(forward, shapes, T_values, d, name=None):
+    """(counts, depths) of a user's forward over ``T_values``: one row per (T, part) with its
+    multiplications, and one row per T with depth.csv's columns (``macs`` counts every part:
+    a user's forward has no lesson parts)."""
+    counts, rows = [], []
+    for T in T_values:
+        tr = trace_forward(forward, shapes, T, d, name)
+        for part, m in sorted(tr.macs_by_part().items()):
+            counts.append(dict(model=tr.model, T=T, d=d, part=part, macs=m, flops=2 * m))
+        rows.append(_depth_row(tr.model, None, tr))
+        del tr
+    return pd.DataFrame(counts, columns=["model", "T", "d", "part", "macs", "flops"]), pd.DataFrame(rows)

@@ -19,17 +19,31 @@ parallelism. Then schedule the graphs greedily on P = 1 .. 10^7 processors
 (Brent/Graham bounds checked on every row) and time the compiled kernels on
 this machine (wall time over T, crossover, strong scaling, fitted exponents).
 
+With --forward, trace a plain NumPy forward of your own instead of the
+families (written with the tracer's operations: @ + - * /, np.tanh, np.exp,
+np.sqrt, np.maximum, scipy.special.expit, .sum/.max over the last axis,
+indexing, .reshape, np.stack, np.concatenate, np.swapaxes, np.where, np.tril),
+its inputs shaped by --shape, the sequence first; it writes depth.csv with the
+same columns, and counts every product under the input it multiplies.
+
 example:
   harness depth --T 50 800 1000 2000 --d 512 --out reports/depth
   harness depth --T 50 100 --d 64 --no-measure
+  harness depth --T 4096 16384 65536 --d 64 --no-measure
+  harness depth --forward mymodels.py:rnn2 --shape X=T,d --shape W1=d,d --shape U1=d,d \
+      --shape W2=d,d --shape U2=d,d --T 64 1024 --d 32
 """
 
 EXAMPLE = "harness depth --T 50 800 1000 2000 --d 512 --out reports/depth"
 
 
 FILES = ("depth.csv", "schedule.csv")
+FORWARD_FILES = ("depth.csv",)          # --forward: the depth table alone
 MEASURED = ("timings.csv", "scaling.csv", "machine.csv")
 MAX_P = 2**63 - 1                       # the scheduler counts processors in an int64
+# the schedule's task graphs are built op by op in Python (the loops' 3-11 ops a step, each
+# cut into rows): past this they take many minutes, while depth.csv goes to any T that fits
+MAX_SCHEDULE_T = 16384
 
 
 def add_arguments(p):
@@ -54,6 +68,13 @@ def add_arguments(p):
                    help="skip the wall-time measurements (counts, depth and schedule only)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="write depth.csv (and schedule.csv, timings.csv, scaling.csv) here")
+    p.add_argument("--forward", default=None, metavar="MODULE:FUNCTION",
+                   help="trace this plain NumPy forward instead of the families "
+                        "(package.module:function or path/to/file.py:function)")
+    p.add_argument("--shape", action="append", default=None, metavar="NAME=DIMS",
+                   help="with --forward: one input of the forward, in the order it takes them, "
+                        "the sequence first (X=T,d); each dimension an integer, T (each --T), d "
+                        "(--d) or k*d; repeat for each input")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -64,6 +85,23 @@ def configs(args):
     from harness.analysis import depth, walltime
     from harness import models
     from harness.infra.validate import available_memory_bytes
+    if args.forward is None and args.shape:
+        raise UsageError("--shape: goes with --forward (the families' inputs are their own)")
+    if args.forward is not None:
+        if not args.shape:
+            raise UsageError("--shape: --forward needs one --shape per input of the forward, "
+                             "the sequence first (e.g. --shape X=T,d --shape W=d,d)")
+        try:
+            shapes = [depth.parse_shape(s) for s in args.shape]
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        names = [n for n, _ in shapes]
+        if len(set(names)) < len(names):
+            raise UsageError(f"--shape: each input once, got {', '.join(names)}")
+        if len(shapes[0][1]) < 2 or shapes[0][1][-2] != "T":
+            raise UsageError(f"--shape: the first input is the sequence; its second-to-last "
+                             f"dimension must be T, got {args.shape[0]}")
+        args.shapes = dict(shapes)
     for name, vals in (("--T", args.T), ("--schedule-T", args.schedule_T),
                        ("--measure-T", args.measure_T), ("--P", args.P or [1]),
                        ("--scaling-T", [args.scaling_T]), ("--d", [args.d])):
@@ -75,6 +113,10 @@ def configs(args):
             # past the work of the graph more processors change nothing
             raise UsageError(f"--P: must be at most {MAX_P} (2^63 - 1: the schedule counts in "
                              f"64-bit integers), got {P}")
+    if max(args.schedule_T) > MAX_SCHEDULE_T and args.forward is None:
+        raise UsageError(f"--schedule-T: must be at most {MAX_SCHEDULE_T:,} (the task graphs "
+                         f"of the loops are built op by op), got {max(args.schedule_T):,}; "
+                         f"depth.csv takes any --T that fits in memory")
     if args.repeats < 1:
         raise UsageError(f"--repeats: must be at least 1, got {args.repeats}")
     ncpu = os.cpu_count() or 1
@@ -85,13 +127,13 @@ def configs(args):
         raise UsageError(f"--measure-T: needs at least 2 distinct values to fit exponents and a "
                          f"crossover, got {numbers(args.measure_T)} (or use --no-measure)")
     avail = available_memory_bytes()
-    for name, Ts in (("--T", args.T), ("--schedule-T", args.schedule_T)):
+    for name, Ts in (() if args.forward else (("--T", args.T), ("--schedule-T", args.schedule_T))):
         for model in models.NAMES:
             try:
                 depth.check_trace_memory(model, max(Ts), args.d, available=avail)
             except MemoryError as e:
                 raise UsageError(f"{name}/--d: {e}") from None
-    if not args.no_measure:
+    if not args.no_measure and args.forward is None:
         T = max(max(args.measure_T), args.scaling_T)
         need = walltime.timed_bytes(T, args.d)
         if need > avail:
@@ -114,14 +156,44 @@ def _print(title, frame):
 def run(args):
     from harness.infra.files import check_out, output_dir
 
-    files = FILES if args.no_measure else FILES + MEASURED
+    files = FORWARD_FILES if args.forward else FILES if args.no_measure else FILES + MEASURED
     if args.out is not None:
         check_out(args.out, files=files)  # before anything loads: refused at once
     dcfg, scfg, wcfg = configs(args)     # every check first: a bad argument creates nothing
+    run_ = _run_forward if args.forward else _run
     if args.out is None:
-        return _run(args, dcfg, scfg, wcfg, None)
+        return run_(args, dcfg, scfg, wcfg, None)
     with output_dir(args.out, files=files) as out_dir:
-        return _run(args, dcfg, scfg, wcfg, out_dir)
+        return run_(args, dcfg, scfg, wcfg, out_dir)
+
+
+def _run_forward(args, dcfg, scfg, wcfg, out_dir):
+    """--forward: trace the user's forward at each --T, print its counts and depth table."""
+    import sys
+    import time
+
+    from harness.analysis import depth
+    from harness.infra.files import output_set
+    from harness.infra.progress import Progress
+
+    t0 = time.perf_counter()
+    progress = Progress("harness depth", args.quiet)
+    progress.line(f"tracing {args.forward} at {len(dcfg.T_values)} lengths")
+    counts, table = depth.forward_tables(args.forward, args.shapes, dcfg.T_values, dcfg.d)
+    _print(f"multiplications of {args.forward} by part (d = {dcfg.d}; a product with an input "
+           "is counted under its name; grid: every pair of positions, mix: a sum over "
+           "positions; flops = 2 x macs)", counts)
+    view = table[["model", "T", "macs", "flops", "ops", "span", "max_path", "scalar_span",
+                  "parallelism"]].copy()
+    view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
+    _print("span and max_path in operations (max_path: from input position 1 to output "
+           "position T); scalar_span exact with sums as ceil(log2 n) trees; parallelism = "
+           "scalar work / scalar span", view)
+    if out_dir is not None:
+        with output_set(out_dir) as files:
+            files.write_csv("depth.csv", table)
+    print(f"\nharness depth: {time.perf_counter() - t0:.1f} s", file=sys.stdout)
+    return 0
 
 
 def _run(args, dcfg, scfg, wcfg, out_dir):
@@ -140,12 +212,11 @@ def _run(args, dcfg, scfg, wcfg, out_dir):
     progress = Progress("harness depth", args.quiet)
     warm_up_kernels(progress)                # the scheduler's kernels too, before any signal can land
     d = dcfg.d
-    traces = {}                                              # one trace per (model, T), shared
     progress.line(f"tracing {len(dcfg.T_values)} lengths per model")
-    depth.count_table(dcfg.T_values, d, traces=traces)       # raises if trace != closed form
-    table = depth.depth_table(dcfg.T_values, d, traces=traces)
-    for key in [k for k in traces if k[1] not in set(scfg.T_values)]:
-        del traces[key]                                      # keep only what the schedule reuses
+    # each (model, T) traced once, its rows read and the trace dropped, but for the lengths the
+    # schedule reuses; count_table's check raises if a trace differs from its closed form
+    _, table, traces = depth.tables(dcfg.T_values, d, keep=scfg.T_values,
+                                    progress=None if args.quiet else progress.line)
     outputs = {"depth.csv": table}      # written together at the end: a run that fails
                                         # part-way leaves no partial set behind
     view = table[["model", "T", "macs", "flops", "span", "max_path", "scalar_span",

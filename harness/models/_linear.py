@@ -67,7 +67,7 @@ def recurrent_forward(X, Wq, Wk, Wv):
 def parallel_forward(X, Wq, Wk, Wv):
     """Every pair at once: the masked (T, T) product, and its row sums as the normaliser."""
     FQ, FK, V = features(X, Wq, Wk, Wv)
-    A = np.where(causal(X.shape[-2]), FQ @ FK.T, 0.0)     # (T, T): phi(q_t) . phi(k_s), s <= t
+    A = np.tril(FQ @ FK.T)                                # (T, T): phi(q_t) . phi(k_s), s <= t
     return ((A @ V) / A.sum(axis=-1, keepdims=True),)     # (T, d_v)
 
 

@@ -48,11 +48,14 @@ def traced_forward(X, Wq, Wk, Wv):
 
 
 def trace_memory_bytes(T, d, d_k=None, d_v=None):
-    """Peak bytes of tracing the forward: a few (T, width) values, the weights, a few T x T grids."""
+    """Peak bytes of tracing the forward: X twice, the weights twice, a few (T, width) values
+    and five T x T grids, each as the tracer keeps them (``trace.field_bytes``: a row and a
+    column term once they are large)."""
     d_k = d if d_k is None else d_k
     d_v = d if d_v is None else d_v
-    e = trace.BYTES_PER_ELEMENT
-    return e * (4 * T * max(d, d_k, d_v) + 2 * d * (2 * d_k + d_v)) + 5 * e * T * T
+    e, w = trace.BYTES_PER_ELEMENT, max(d, d_k, d_v)
+    return (e * (2 * T * w + 2 * d * (2 * d_k + d_v)) + 6 * trace.field_bytes(T, w)
+            + 5 * trace.field_bytes(T, T))
 
 
 def inputs(T, d, batch=1, dtype="float64", seed=0):

@@ -83,11 +83,11 @@ def recurrent_trace_bytes(T, d, d_k=None, d_v=None):
 
 
 def parallel_trace_bytes(T, d, d_k=None, d_v=None):
-    """Peak bytes of tracing the masked product: a few (T, width) values, T x T grids (and the
-    mask), its twenty-odd ops."""
+    """Peak bytes of tracing the masked product: X twice, the weights, a few (T, width) values
+    and five T x T grids as the tracer keeps them (``trace.field_bytes``), its twenty-odd ops."""
     w = _widths(d, d_k, d_v)
-    return (trace.BYTES_PER_ELEMENT * (8 * T * w + 4 * w * w + 5 * T * T) + T * T
-            + 10 * trace.BYTES_PER_STEP)
+    return (trace.BYTES_PER_ELEMENT * (2 * T * w + 4 * w * w) + 6 * trace.field_bytes(T, w)
+            + 5 * trace.field_bytes(T, T) + 10 * trace.BYTES_PER_STEP)
 
 
 def chunked_trace_bytes(T, d, d_k=None, d_v=None):
