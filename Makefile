@@ -1,6 +1,6 @@
 # Two commands from a fresh clone (Python 3.11+):
 #   make report   install into .venv and write a report under reports/<date-time>/
-#   make test     install the test extras into .venv and run the tests
+#   make test     install the test extras into .venv and run the tests on every core
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -28,8 +28,12 @@ report: $(VENV)/.installed
 quick-report: $(VENV)/.installed
 	$(BIN)/harness report --quick $(REPORT_ARGS)
 
+# On every core (pytest-xdist), a test module's tests on one worker (--dist loadscope), so that
+# a module's expensive fixture (a whole quick report in tests/test_report.py) is built once.
+# PYTEST_ARGS: more arguments, e.g. PYTEST_ARGS='-n 0 -k lstm' for one process and a selection.
+PYTEST_ARGS ?=
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadscope $(PYTEST_ARGS)
 
 # asv finds and can import every benchmark of both suites (each one's run at its smallest
 # sizes is tests/test_benchmarks.py's, in make test)
