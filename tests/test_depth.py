@@ -760,3 +760,111 @@ def test_a_family_name_checks_each_of_its_traced_forms_and_a_form_only_itself(T,
     with pytest.raises(MemoryError, match=f"tracing the {big} at"):
         depth.check_trace_memory("lru", T, d, available=between, **widths)   # both forms
     depth.check_trace_memory("lru", T, d, available=needs[big], **widths)    # exactly enough
+
+
+# ----------------------------------------------------------------------------- a user's forward
+
+RNN2 = '''
+import numpy as np
+
+
+def rnn2(X, W1, U1, W2, U2):
+    """Two stacked tanh RNNs: layer 2 reads layer 1's states."""
+    h1 = h2 = np.zeros(W1.shape[0])
+    XW = X @ W1.T
+    out = []
+    for t in range(X.shape[0]):
+        h1 = np.tanh(h1 @ U1.T + XW[t])
+        h2 = np.tanh(h2 @ U2.T + h1 @ W2.T)
+        out.append(h2)
+    return np.stack(out)
+
+
+def causal_conv(X, K0, K1, K2):
+    """y_t = x_t K0 + x_{t-1} K1 + x_{t-2} K2, the first rows padded with zeros."""
+    Z = np.zeros((2, X.shape[1]))
+    P = np.concatenate([Z, X])
+    T = X.shape[0]
+    return P[2:] @ K0 + P[1:T + 1] @ K1 + P[:T] @ K2
+
+
+def bad(X, W):
+    Y = X @ W
+    return np.cumsum(Y, axis=0)
+'''
+
+
+def _write_forward(tmp_path):
+    path = tmp_path / "myforward.py"
+    path.write_text(RNN2)
+    return path
+
+
+def test_a_forward_written_outside_the_package_is_traced_from_the_command_line(tmp_path,
+                                                                             capsys,
+                                                                             monkeypatch):
+    path = _write_forward(tmp_path)
+    monkeypatch.chdir(tmp_path)                         # package.module:function from here
+    out = tmp_path / "o"
+    argv = ["depth", "--forward", "myforward:rnn2", "--shape", "X=T,d", "--shape", "W1=d,d",
+            "--shape", "U1=d,d", "--shape", "W2=d,d", "--shape", "U2=d,d", "--T", "5", "9",
+            "--d", "3", "--out", str(out), "--quiet"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    table = pd.read_csv(out / "depth.csv")
+    assert list(table.columns) == list(depth.depth_table([2], 2, families=("rnn",)).columns)
+    for T in (5, 9):
+        row = table[table["T"] == T].iloc[0]
+        # per step: layer 1 a product, an add, a tanh; layer 2 two products, an add, a tanh; and
+        # the X W1^T before the loop: T d^2 + 3 T d^2 multiplications
+        assert row.macs == row.macs_all == 4 * T * 3 * 3
+        # layer 1's h_t ends 3 (t + 1) ops in (a product, an add, a tanh a step, the first add
+        # after X W1^T); layer 2's h_t three ops after it (h1_t W2^T, the add, the tanh), and
+        # x_1 reaches them along the same chain
+        assert row.span == row.max_path == 3 * T + 3
+    assert "W1" in printed and "U2" in printed
+    # the same through the Python function, by file path, and the counts under each input
+    counts, tab = depth.forward_tables(f"{path}:rnn2", {"X": ("T", "d"), "W1": ("d", "d"),
+                                       "U1": ("d", "d"), "W2": ("d", "d"), "U2": ("d", "d")},
+                                       [5], 3)
+    assert dict(zip(counts.part, counts.macs)) == {"W1": 45, "U1": 45, "W2": 45, "U2": 45}
+    assert tab.span.iloc[0] == table.span.iloc[0]
+
+
+def test_a_causal_convolution_has_constant_span_and_path(tmp_path):
+    path = _write_forward(tmp_path)
+    shapes = {"X": ("T", "d"), "K0": ("d", "d"), "K1": ("d", "d"), "K2": ("d", "d")}
+    Ts = [2, 3, 4, 1024]
+    _, tab = depth.forward_tables(f"{path}:causal_conv", shapes, Ts, 2)
+    assert tab.span.tolist() == [3] * 4              # a product, then two adds
+    # x_1 is y_2's middle term (a product and two adds), y_3's last (a product and one add),
+    # and past a width of 3 it reaches y_T by no path at all
+    assert tab.max_path.tolist() == [3, 2, math.inf, math.inf]
+    assert tab.macs.tolist() == [3 * T * 4 for T in Ts]
+
+
+def test_an_unsupported_operation_names_itself_and_the_forwards_line(tmp_path, capsys):
+    path = _write_forward(tmp_path)
+    with pytest.raises(TypeError, match=r"np\.cumsum is not traced \(called at .*myforward\.py:"
+                                        r"\d+: return np\.cumsum\(Y, axis=0\)\)"):
+        depth.trace_forward(f"{path}:bad", {"X": ("T", "d"), "W": ("d", "d")}, 4, 2)
+    assert cli.main(["depth", "--forward", f"{path}:bad", "--shape", "X=T,d", "--shape", "W=d,d",
+                     "--T", "4", "--d", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "np.cumsum is not traced" in err and "myforward.py:" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--forward", "m:f"], "--shape: --forward needs one --shape"),
+    (["--shape", "X=T,d"], "--shape: goes with --forward"),
+    (["--forward", "m:f", "--shape", "X=d,T"], "second-to-last dimension must be T"),
+    (["--forward", "m:f", "--shape", "X=T,q"], "--shape: each dimension of X must be"),
+    (["--forward", "m:f", "--shape", "X"], "--shape: expected NAME=DIM"),
+    (["--forward", "m:f", "--shape", "X=T,d", "--shape", "X=d,d"], "--shape: each input once"),
+    (["--forward", "nomodule_here_xyz:f", "--shape", "X=T,d"], "--forward: cannot import"),
+    (["--forward", "no_colon", "--shape", "X=T,d"], "--forward: expected package.module:function"),
+])
+def test_cli_forward_bad_arguments(argv, needle, capsys):
+    assert cli.main(["depth", "--T", "4", "--d", "2", "--no-measure"] + argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1

@@ -38,6 +38,7 @@ Conventions, named once:
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -78,9 +79,11 @@ class Trace:
 
     @property
     def max_path(self):
-        """Fewest operations from input position 1 to output position T."""
+        """Fewest operations from input position 1 to output position T (inf: no path, as in a
+        causal convolution narrower than T)."""
         y = self.outputs[0]
-        return int(y._dist.index((Ellipsis, self.T - 1, slice(None))).total())
+        v = float(y._dist.index((Ellipsis, self.T - 1, slice(None))).total())
+        return int(v) if math.isfinite(v) else math.inf
 
     @property
     def scalar_span(self):

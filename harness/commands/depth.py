@@ -102,6 +102,10 @@ def configs(args):
             raise UsageError(f"--shape: the first input is the sequence; its second-to-last "
                              f"dimension must be T, got {args.shape[0]}")
         args.shapes = dict(shapes)
+        try:
+            args.forward_fn = depth.load_forward(args.forward)   # an import error before any work
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     for name, vals in (("--T", args.T), ("--schedule-T", args.schedule_T),
                        ("--measure-T", args.measure_T), ("--P", args.P or [1]),
                        ("--scaling-T", [args.scaling_T]), ("--d", [args.d])):
@@ -179,7 +183,8 @@ def _run_forward(args, dcfg, scfg, wcfg, out_dir):
     t0 = time.perf_counter()
     progress = Progress("harness depth", args.quiet)
     progress.line(f"tracing {args.forward} at {len(dcfg.T_values)} lengths")
-    counts, table = depth.forward_tables(args.forward, args.shapes, dcfg.T_values, dcfg.d)
+    counts, table = depth.forward_tables(args.forward_fn, args.shapes, dcfg.T_values, dcfg.d,
+                                         name=args.forward)
     _print(f"multiplications of {args.forward} by part (d = {dcfg.d}; a product with an input "
            "is counted under its name; grid: every pair of positions, mix: a sum over "
            "positions; flops = 2 x macs)", counts)
