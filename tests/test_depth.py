@@ -868,3 +868,17 @@ def test_cli_forward_bad_arguments(argv, needle, capsys):
     assert cli.main(["depth", "--T", "4", "--d", "2", "--no-measure"] + argv) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_full_reports_depth_figure_reaches_65536_and_the_quick_report_stays_short():
+    from harness.report import figures
+    assert max(config.REPORT.depth_long.T_values) == 65536 and config.QUICK_REPORT.depth_long.T_values == ()
+    short = depth.depth_table([4, 8], 3, families=("rnn",))
+    long = depth.depth_table([64], 2, families=("rnn",))
+    fig = figures.figure_depth({"depth": short, "depth_long": long})
+    xs = {x for ax in fig.axes for line in ax.get_lines() for x in line.get_xdata()}
+    assert {4, 8, 64} <= xs
+    ys = {y for ax in fig.axes for line in ax.get_lines() for y in line.get_ydata()}
+    assert 3 * 64 in ys                                  # the RNN's span at the long length
+    assert {4, 8} <= {x for ax in figures.figure_depth({"depth": short}).axes
+                      for line in ax.get_lines() for x in line.get_xdata()}

@@ -125,6 +125,9 @@ class ReportConfig:
     decay: DecayConfig = DecayConfig(Ts=(1001,))   # distances 1..1000: "the signal from 1000 steps back"
     clipping: ClippingConfig = ClippingConfig()
     depth: DepthConfig = DepthConfig(T_values=(50, 100, 200, 500, 1000, 2000))
+    # the depth figure's long lengths, traced at d = 64 (the grids kept as row and column
+    # terms; the loops' traces take minutes at 65,536); the quick report has none
+    depth_long: DepthConfig = DepthConfig(d=64, T_values=(4096, 16384, 65536))
     schedule: ScheduleConfig = ScheduleConfig(
         processors=(1, 10, 64, 100, 128, 256, 800, 10**3, 10**4, 10**5, 10**6))
     schedule_d: int = 64                           # graph small enough to schedule at every P
@@ -153,6 +156,7 @@ QUICK_COMPARE = CompareConfig(suite="quick", repeats=3, min_sample_s=0.001)
 # so one call per sample, no warm-up call, 3 rounds: about 15 minutes in all.
 LONG_COMPARE = CompareConfig(suite="long", dtypes=("float32",), repeats=3, min_sample_s=0.0)
 QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=5),
+                       depth_long=replace(REPORT.depth_long, T_values=()),
                        path_T=REPORT.path_T[:-1],
                        memory=replace(REPORT.memory, T_values=REPORT.memory.T_values[:-1]))
 

@@ -58,7 +58,10 @@ def _sections(config, progress):
 
     progress("depth: tracing the forwards")
     dt = depth.depth_table(config.depth.T_values, config.depth.d)
-    yield ("depth", "Sequential depth: span and path length", {"depth": dt},
+    frames = {"depth": dt}
+    if config.depth_long.T_values:          # the full report's figure goes on to T = 65,536
+        frames["depth_long"] = depth.depth_table(config.depth_long.T_values, config.depth_long.d)
+    yield ("depth", "Sequential depth: span and path length", frames,
            [("depth", figures.figure_depth)])
 
     recurrences = list(models.traced_forms((RNN, LRU)))

@@ -170,11 +170,13 @@ def figure_clipping(f):
 
 
 def figure_depth(f):
-    t = f["depth"]
-    long = t.melt(id_vars=["model", "T"], value_vars=["span", "max_path", "scalar_span"],
+    # the full report adds its long lengths (to T = 65,536) at their own d: a line per d
+    t = pd.concat([f["depth"], f["depth_long"]]) if "depth_long" in f else f["depth"]
+    long = t.melt(id_vars=["model", "T", "d"], value_vars=["span", "max_path", "scalar_span"],
                   var_name="measure", value_name="operations")
     g = sns.relplot(data=long, x="T", y="operations", hue="model", col="measure", kind="line",
-                    marker="o", height=3.2, aspect=1.1, facet_kws={"sharey": False})
+                    style="d" if long.d.nunique() > 1 else None, marker="o", height=3.2,
+                    aspect=1.1, facet_kws={"sharey": False})
     g.set(xscale="log", yscale="log")
     return g.figure
 
