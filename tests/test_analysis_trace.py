@@ -413,3 +413,57 @@ def test_matmul_labels_three_batch_axes():
     q = trace.leaf(g, "q", (5, 4), ("T", "d_k"))
     r = q @ b
     assert r.shape == (2, 1, 3, 5, 6) and r.axes == ("x", "y", "z", "T", "d_v")
+
+
+# ----------------------------------------------------------------------------- structured depths
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_field_reads_as_the_dense_array_it_stands_for(seed, monkeypatch):
+    """Row and column terms against their dense twin, through every Field operation; DENSE_MAX
+    set low so that the small shapes stay in terms."""
+    from harness.analysis.trace import Field
+    monkeypatch.setattr(trace, "DENSE_MAX", 4)
+    rng = np.random.default_rng(seed)
+    m, n = rng.integers(2, 6, size=2)
+    for how, ufunc in (("min", np.minimum), ("max", np.maximum)):
+        dtype = np.float32 if how == "min" else np.int32
+        r = rng.integers(0, 9, size=(m, 1)).astype(dtype)
+        c = rng.integers(0, 9, size=(1, n)).astype(dtype)
+        f = Field((m, n), [r, c], how)
+        dense = ufunc(r, c)
+        assert len(f.terms) == 2 and f.nbytes == r.nbytes + c.nbytes
+        np.testing.assert_array_equal(f.dense(), dense)
+        np.testing.assert_array_equal(f.shift(3).dense(), dense + 3)
+        for axis in (0, 1, -1):
+            for keep in (False, True):
+                want = (dense.min if how == "min" else dense.max)(axis=axis, keepdims=keep)
+                np.testing.assert_array_equal(f.reduce(axis, keep).dense(), want)
+        np.testing.assert_array_equal(f.swap(0, 1).dense(), dense.T)
+        for idx in ((1,), (slice(None), 0), (Ellipsis, m - 1, slice(None)), (slice(1, None, 2),),
+                    (None, slice(None)), (slice(None), None, -1), ([0, 1],)):
+            np.testing.assert_array_equal(f.index(idx).dense(), dense[idx])
+        d2 = rng.integers(0, 9, size=(m, n)).astype(dtype)
+        both = Field.combine([f, Field((m, n), [d2], how)], (m, n), how)
+        np.testing.assert_array_equal(both.dense(), ufunc(dense, d2))
+        assert both.total() == ufunc.reduce(ufunc(dense, d2), axis=None)
+        np.testing.assert_array_equal(f.reshape((n, m)).dense(), dense.reshape(n, m))
+    with pytest.raises(IndexError):
+        Field((m, n), [r, c], "min").index((m,))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        Field((2, 3), [np.zeros((3, 1), np.float32)], "min")
+
+
+def test_an_unsupported_operation_names_the_line_that_called_it():
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (3, 2), ("T", "d_model"), source_row=0)
+    with pytest.raises(TypeError, match=r"np\.cumsum is not traced \(called at .*"
+                                        r"test_analysis_trace\.py:\d+: np\.cumsum\(X, axis=0\)\)"):
+        np.cumsum(X, axis=0)
+    with pytest.raises(TypeError, match=r"np\.log is not traced \(called at .*test_analysis_trace"):
+        np.log(X)
+    with pytest.raises(TypeError, match=r"\*\* \(power\) is not traced \(called at .*X \*\* 2"):
+        X ** 2
+    with pytest.raises(TypeError, match=r"a comparison .* is not traced \(called at .*X > 0"):
+        X > 0
+    with pytest.raises(TypeError, match=r"np\.asarray .* is not traced"):
+        np.asarray(X)
