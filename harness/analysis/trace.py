@@ -8,15 +8,24 @@ analysis needs, and every operation on it appends one node to a ``Graph``:
 * which earlier operations it waits for (row-exact where the code indexes one
   row, as the RNN does with ``XW[..., t, :]``);
 * per element, the fewest operations from input position 1 (``dist``) and the
-  scalar-level depth with reductions as balanced trees (``sdepth``).
+  scalar-level depth with reductions as balanced trees (``sdepth``), each a ``Field``:
+  the min (max) of a few terms that broadcast to the shape, so that a product's output,
+  whose element (i, j) waits for row i of one operand and column j of the other, is a
+  row term and a column term, and attention's T x T grids cost 2T numbers. Fields of at
+  most ``DENSE_MAX`` elements are one dense array; every operation gives exactly the
+  values the dense array would (tests/test_depth_baseline.py holds it to the numbers of
+  the per-element tracer it replaced). The graph keeps no array: a value nothing reads
+  any more is freed.
 
 So the graph is the computation that ran (``harness.models.reference``), not a graph
 typed beside it. Supported: ``@``, ``+``, ``-``, ``*``, ``/``, unary ``-``,
 ``np.tanh``, ``np.exp``, ``scipy.special.expit`` (sigmoid), ``np.sqrt`` (a layer norm's
 standard deviation), ``np.maximum`` (ReLU), ``.max``/``.sum`` over the last axis, ``.T``,
 indexing and slicing (with steps), ``.reshape``, ``np.stack``,
-``np.concatenate``, ``np.swapaxes`` and ``np.where``. Anything else raises
-TypeError naming the operation, so an untraceable forward fails loudly.
+``np.concatenate``, ``np.swapaxes``, ``np.where`` and ``np.tril`` (a ``where`` with the
+lower triangle, its mask never built). Anything else raises TypeError naming the
+operation and the line of the forward that called it, so an untraceable forward fails
+loudly.
 
 Multiplications counted: every multiply-add of a matrix product, and every
 product of an elementwise ``*`` (the linear recurrence's lam * h), each under
@@ -36,7 +45,7 @@ from scipy.special import expit
 
 _INF = np.float32(np.inf)
 
-# memory of a trace: every traced element carries dist (float32) and sdepth (int32) ...
+# memory of a trace: every dense traced element carries dist (float32) and sdepth (int32) ...
 BYTES_PER_ELEMENT = 8
 # ... and every traced RNN step a few ops and views (Python objects), measured with tracemalloc
 BYTES_PER_STEP = 3000
