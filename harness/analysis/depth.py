@@ -204,12 +204,13 @@ def depth_table(T_values, d, families=models.NAMES, traces=None):
 def tables(T_values, d, families=models.NAMES, keep=(), progress=None):
     """(count_table, depth_table, kept traces) with each (form, T) traced once and dropped as
     soon as its rows are read, unless T is in ``keep`` (the lengths the schedule reuses):
-    so that T = 65,536 holds one trace at a time. ``progress(line)`` hears of each trace."""
+    so that T = 65,536 holds one trace at a time. ``progress(line)`` hears of each trace that
+    took a second or more."""
     counts, rows, kept = [], [], {}
     for model, (fam, form) in models.traced_forms(families).items():
         for T in T_values:
             tr = trace_model(model, T, d)
-            if progress is not None:
+            if progress is not None and tr.seconds >= 1.0:       # the long ones only
                 progress(f"traced {model} at T = {T:,} in {tr.seconds:.1f} s")
             counts += _count_rows(model, fam, form, tr)
             rows.append(_depth_row(model, fam.tracing.lesson_parts, tr))
