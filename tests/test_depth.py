@@ -882,3 +882,15 @@ def test_the_full_reports_depth_figure_reaches_65536_and_the_quick_report_stays_
     assert 3 * 64 in ys                                  # the RNN's span at the long length
     assert {4, 8} <= {x for ax in figures.figure_depth({"depth": short}).axes
                       for line in ax.get_lines() for x in line.get_xdata()}
+
+
+def test_tables_read_each_trace_once_and_keep_only_what_the_schedule_reuses():
+    heard = []
+    counts, table, kept = depth.tables([3, 5], 2, families=("rnn", "lru"), keep=(5,),
+                                       progress=heard.append)
+    pd.testing.assert_frame_equal(counts, depth.count_table([3, 5], 2, families=("rnn", "lru")))
+    pd.testing.assert_frame_equal(table.drop(columns="trace_seconds"),
+                                  depth.depth_table([3, 5], 2, families=("rnn", "lru"))
+                                  .drop(columns="trace_seconds"))
+    assert sorted(kept) == [("lru", 5, 2), ("lru-scan", 5, 2), ("rnn", 5, 2)]
+    assert heard == []                                   # no trace took a second
