@@ -402,7 +402,7 @@ def test_build_report_stages_in_the_folder_and_files_every_part(tmp_path):
     assert (f'<section id="claims"><h2>The lessons&#x27; claims, measured</h2>\n<p class="caption" '
             f'data-section="claims">2 claims of the three lessons against this run&#x27;s '
             f"measurements: {counts}. Each verdict is computed from the data by a rule in "
-            f"harness/analysis/claims.py; the columns of every CSV are described in "
+            f"harness/analysis/claims/; the columns of every CSV are described in "
             f"docs/data.md.</p>") in page
     assert '<a href="claims.csv">claims.csv</a>' in page and 'class="dataframe table claims"' in page
     text = (out / "machine.json").read_text()

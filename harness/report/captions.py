@@ -376,5 +376,5 @@ def caption_claims(f):
     return (f"{len(table)} claims of the three lessons against this run's measurements: "
             + ", ".join(f"{int(counts.get(v, 0))} {v}" for v in claims.VERDICTS)
             + (f", {missing} {claims.NOT_MEASURED}" if missing else "")
-            + ". Each verdict is computed from the data by a rule in harness/analysis/claims.py; "
+            + ". Each verdict is computed from the data by a rule in harness/analysis/claims/; "
               "the columns of every CSV are described in docs/data.md.")
