@@ -184,15 +184,16 @@ def test_one_run_of_the_workers_reports_every_asked_point(tmp_path):
         report = bench_gate.run({"base": ROOT, "base2": ROOT, "head": ROOT}, rounds=3,
                                 min_sample_s=0.001, say=lambda *_: None, log=log,
                                 bench=r"^Kernels\.time_forward\(rnn, small\)$|"
-                                      r"^Depth\.track_span\(rnn, 64\)$")
+                                      r"^AttentionDecayRate\.track_fitted_rate\(\)$")
     (p,) = report["points"]
     assert p["id"] == "Kernels.time_forward(rnn, small)" and p["label"] == "head"
     assert p["lo"] <= p["ratio"] <= p["hi"] and p["floor"] >= bench_gate.MIN_CHANGE
     assert p["verdict"] in {"same", "slower", "faster"}
     assert {k: len(v) for k, v in p["samples"].items()} == {"base": 3, "base2": 3, "head": 3}
-    assert report["tracks"] == {"Depth.track_span(rnn, 64)": {
-        "base": report["tracks"]["Depth.track_span(rnn, 64)"]["base"],
-        "head": report["tracks"]["Depth.track_span(rnn, 64)"]["base"], "verdict": "same"}}
+    (track,) = report["tracks"].values()
+    assert list(report["tracks"]) == ["AttentionDecayRate.track_fitted_rate()"]
+    assert track["base"] == track["head"] and track["verdict"] == "same"
+    assert math.isfinite(float(track["base"]))
     assert len(report["load"]) == 4                              # the start and each round
 
 
@@ -201,3 +202,14 @@ def test_every_worker_is_pinned_to_one_cpu_this_process_may_use():
     if cpu is not None:
         import os
         assert cpu in os.sched_getaffinity(0)
+
+
+def test_a_sample_is_cpu_time_unless_wall_time_is_asked_for(capsys):
+    """CPU time by default (a shared machine's other processes do not lengthen it)."""
+    import time
+    assert bench_gate.CLOCK == "cpu" and bench_gate.CLOCKS["cpu"] is time.process_time
+    assert bench_gate.parse_args(["--base", "HEAD"]).clock == "cpu"
+    assert bench_gate.parse_args(["--base", "HEAD", "--clock", "wall"]).clock == "wall"
+    with pytest.raises(SystemExit):
+        bench_gate.parse_args(["--base", "HEAD", "--clock", "tsc"])
+    assert "--clock: invalid choice: 'tsc'" in capsys.readouterr().err

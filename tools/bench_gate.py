@@ -4,14 +4,16 @@
 tree (HEAD, with any uncommitted change) against ``<rev>``, both through this checkout's asv
 suite (``benchmarks/``), as asv would run them, but in one run of a few minutes:
 
-1. ``<rev>`` is exported (``git archive``) to a folder under /tmp. Three worker processes
-   start, each importing the ``harness`` of one tree: ``base`` (``<rev>``), ``base2``
-   (``<rev>`` again: the A/A pair) and ``head`` (this checkout). Each sets up every point
+1. ``<rev>`` is exported (``git archive``) twice, to two folders under /tmp. Three worker
+   processes start, each importing the ``harness`` of one tree: ``base`` (``<rev>``),
+   ``base2`` (``<rev>``'s second copy, compiled on its own: the A/A pair) and ``head``
+   (this checkout). Each sets up every point
    of the default suite's ``Kernels`` (every family, forward and backward, small and large)
    and keeps it, compiled and with its inputs, for the whole run.
 2. ``rounds`` rounds follow. In each, every point is timed once by every worker, the points
-   and the workers in an order shuffled from a fixed seed, one worker at a time; a sample
-   is the mean of enough calls to last ``min_sample_s``. A load that comes and goes hits
+   and the workers in an order shuffled from a fixed seed, one worker at a time, every
+   worker pinned to the same CPU; a sample is the mean CPU time of enough calls to last
+   ``min_sample_s`` (``CLOCK``: other processes' load does not lengthen it). A load that comes and goes hits
    the three samples of a point within milliseconds of each other, so the ratio of a
    round's samples cancels it.
 3. Each point's change is the median over rounds of head / base within the round (the
@@ -56,6 +58,13 @@ MIN_SAMPLE_S = 0.05     # one sample: calls enough to last this long
 MIN_CHANGE = 0.03       # the floor is never below 3 %: under it, no change is claimed
 SEED = 0                # the orders of points and workers in each round
 TRAILER = "Bench-Accept"
+# What a sample measures. "cpu": the worker's CPU seconds (time.process_time, every thread of
+# it), which a shared machine's other processes do not lengthen: time spent waiting for a
+# core is not counted, only what the kernel's own work costs (caches and a busy sibling core
+# still show). The kernels run on one thread (HARNESS_BENCH_THREADS=1), so their CPU time is
+# their wall time on an idle core. "wall": time.perf_counter, as asv measures.
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+CLOCK = "cpu"
 TIMED_CLASSES = ("Kernels",)                               # the gate's timed points
 
 
@@ -181,7 +190,8 @@ def worker(tree, suite_root, cpu=None):
     common = _load_suite(suite_root)
     points = {pid: (kind, cls, method, combo)
               for pid, kind, cls, method, combo in suite_points(common)}
-    instances = {}                                      # (class, params) -> set-up instance
+    instances = {}                          # (class, params) -> (set-up instance, its args)
+    caches = {}                             # class -> its setup_cache's value, made once
 
     def answer(obj):
         proto.write(json.dumps(obj) + "\n")
@@ -189,8 +199,8 @@ def worker(tree, suite_root, cpu=None):
 
     def bound(pid):
         kind, cls, method, combo = points[pid]
-        inst = instances[(cls.__name__, combo)]
-        return getattr(inst, method), combo
+        inst, args = instances[(cls.__name__, combo)]
+        return getattr(inst, method), args
 
     answer({"ready": True, "harness": str(where.parent)})
     for line in sys.stdin:
@@ -206,11 +216,16 @@ def worker(tree, suite_root, cpu=None):
                     kind, cls, method, combo = points[pid]
                     key = (cls.__name__, combo)
                     if key not in instances:
-                        inst = cls()
                         try:
+                            args = combo
+                            if hasattr(cls, "setup_cache"):          # as asv: once per class
+                                if cls.__name__ not in caches:
+                                    caches[cls.__name__] = cls().setup_cache()
+                                args = (caches[cls.__name__],) + combo
+                            inst = cls()
                             if hasattr(inst, "setup"):
-                                inst.setup(*combo)
-                            instances[key] = inst
+                                inst.setup(*args)
+                            instances[key] = (inst, args)
                         except NotImplementedError as e:     # asv's "skipped"
                             instances[key] = e
                     got = instances[key]
@@ -218,23 +233,24 @@ def worker(tree, suite_root, cpu=None):
                                    else "ok")
                 answer({"status": status})
             elif op == "track":
-                fn, combo = bound(req["id"])
-                answer({"value": repr(float(fn(*combo)))})
+                fn, args = bound(req["id"])
+                answer({"value": repr(float(fn(*args)))})
             elif op == "calibrate":
-                fn, combo = bound(req["id"])
-                fn(*combo)
+                fn, args = bound(req["id"])
+                fn(*args)
                 t0 = time.perf_counter()
-                fn(*combo)
+                fn(*args)
                 once = time.perf_counter() - t0
                 answer({"n": max(1, math.ceil(req["min_sample_s"] / max(once, 1e-9)))})
             elif op == "time":
-                fn, combo = bound(req["id"])
+                fn, args = bound(req["id"])
                 n = req["n"]
+                clock = CLOCKS[req.get("clock", CLOCK)]
                 gc.disable()                            # as timeit: no collection mid-sample
-                t0 = time.perf_counter()
+                t0 = clock()
                 for _ in range(n):
-                    fn(*combo)
-                seconds = (time.perf_counter() - t0) / n
+                    fn(*args)
+                seconds = (clock() - t0) / n
                 gc.enable()
                 answer({"seconds": seconds})
             elif op == "quit":
@@ -349,7 +365,7 @@ def compare_tracks(base_values, head_values):
 
 
 def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, log=None,
-        min_change=MIN_CHANGE, say=print):
+        min_change=MIN_CHANGE, say=print, clock=CLOCK):
     """Time and compare. ``trees``: {label: folder} with ``base`` and ``base2`` (the same
     commit) and one or more others, each compared with ``base``. ``only``: {label: regex}
     to time a label on the matching points alone (the error-rate experiments).
@@ -360,8 +376,7 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
 
     t_start = time.perf_counter()
     load = [os.getloadavg()]
-    # the head's suite picks the points; base is set up first so that base2 finds Numba's
-    # cache that base wrote into the same tree, instead of compiling again
+    # the head's suite picks the points
     order = ["base", "base2"] + [k for k in trees if k not in ("base", "base2")]
     workers = {}
     cpu = gate_cpu()
@@ -405,8 +420,8 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
                 labels = [lab for lab in order if (lab, pid) in samples]
                 for j in rng.permutation(len(labels)):
                     lab = labels[j]
-                    samples[(lab, pid)][r] = workers[lab].ask(op="time", id=pid,
-                                                              n=numbers[pid])["seconds"]
+                    samples[(lab, pid)][r] = workers[lab].ask(op="time", id=pid, n=numbers[pid],
+                                                              clock=clock)["seconds"]
             load.append(os.getloadavg())
             say(f"  round {r + 1}/{rounds} done, {time.perf_counter() - t_start:.0f} s")
     finally:
@@ -440,7 +455,7 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
     return {"points": points,
             "tracks": {pid: {"base": b, "head": h, "verdict": v}
                        for pid, (b, h, v) in tracks.items()},
-            "load": load, "cpu": cpu, "rounds": rounds, "min_sample_s": min_sample_s,
+            "load": load, "cpu": cpu, "clock": clock, "rounds": rounds, "min_sample_s": min_sample_s,
             "min_change": min_change, "seconds": time.perf_counter() - t_start}
 
 
@@ -490,6 +505,8 @@ def parse_args(argv):
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--min-sample-s", type=float, default=MIN_SAMPLE_S)
     ap.add_argument("--bench", default=None, help="a regular expression: only matching points")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default=CLOCK,
+                    help="what a sample measures: the workers' CPU time (default) or wall time")
     ap.add_argument("--json", default=None, help="write the whole report here")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--suite-root", default=str(ROOT), help=argparse.SUPPRESS)
@@ -522,15 +539,18 @@ def main(argv=None):
         head = resolve(args.head, "--head") if args.head is not None else None
         patterns = accepted_patterns(head or "HEAD")
         with tempfile.TemporaryDirectory(prefix="bench-gate-") as tmp:
-            trees = {"base": export(base, _mkdir(tmp, "base"))}
-            trees["base2"] = trees["base"]
+            # base2 is its own export, compiled apart: a tree compiled on its own can run a
+            # kernel a few per cent faster or slower than another copy of the same source,
+            # and the A/A floor must hold that difference too, not only the rounds' noise
+            trees = {"base": export(base, _mkdir(tmp, "base")),
+                     "base2": export(base, _mkdir(tmp, "base2"))}
             trees["head"] = (export(head, _mkdir(tmp, "head")) if head else ROOT)
             print(f"bench-gate: {trees['head'] if head is None else head[:12]} (head) against "
                   f"{base[:12]} (base), {args.rounds} interleaved rounds; load {os.getloadavg()}")
             with open(pathlib.Path(tmp) / "workers.log", "w") as log:
                 try:
                     report = run(trees, rounds=args.rounds, min_sample_s=args.min_sample_s,
-                                 bench=args.bench, log=log)
+                                 bench=args.bench, log=log, clock=args.clock)
                 except GateError:
                     log.flush()
                     sys.stderr.write((pathlib.Path(tmp) / "workers.log").read_text()[-4000:])

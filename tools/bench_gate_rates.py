@@ -4,7 +4,8 @@ injected into one kernel, caught or not.
 One run is one ``bench_gate.run`` with the gate's own settings (``ROUNDS``, ``MIN_SAMPLE_S``,
 ``MIN_CHANGE``) and these trees, all exported from ``--base``:
 
-* ``base`` and ``base2``: the commit, as in every gate run (base2 gives the A/A floor);
+* ``base`` and ``base2``: the commit, exported twice, as in every gate run (base2 gives
+  the A/A floor);
 * ``head``: the same commit exported again to its own folder, timed on every point: each of
   its points flagged is a false alarm (an A/A run, as ``make bench-gate BASE=HEAD`` on a
   clean checkout);
@@ -60,7 +61,7 @@ def trees_for(base, root):
     """Export the folders once (their Numba caches then serve every later run)."""
     root = pathlib.Path(root)
     out = {}
-    for label in ["base", "head", *LEVELS]:
+    for label in ["base", "base2", "head", *LEVELS]:
         folder = root / label
         if not folder.exists():
             folder.mkdir(parents=True)
@@ -68,7 +69,6 @@ def trees_for(base, root):
             if label in LEVELS:
                 inject(folder, LEVELS[label])
         out[label] = folder
-    out["base2"] = out["base"]
     return out
 
 
@@ -83,11 +83,12 @@ def main(argv=None):
     ap.add_argument("--load", action="store_true", help="a second process busy beside the gate")
     ap.add_argument("--trees", default="/tmp/bench-gate-rates")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--clock", choices=sorted(bench_gate.CLOCKS), default=bench_gate.CLOCK)
     args = ap.parse_args(argv)
     base = bench_gate.resolve(args.base)
     trees = trees_for(base, args.trees)
     only = {label: "^" + INJECTED.replace("(", r"\(").replace(")", r"\)") + "$" for label in LEVELS}
-    fields = ["run", "condition", "load_start", "load_end", "label", "id", "ratio", "lo", "hi",
+    fields = ["run", "clock", "condition", "load_start", "load_end", "label", "id", "ratio", "lo", "hi",
               "floor", "verdict", "seconds"]
     new = not pathlib.Path(args.out).exists()
     with open(args.out, "a", newline="") as f, open(pathlib.Path(args.trees) / "workers.log", "a") as log:
@@ -99,7 +100,7 @@ def main(argv=None):
             try:
                 time.sleep(1.0 if loader else 0)
                 report = bench_gate.run(trees, bench="^Kernels", only=only, log=log,
-                                        say=lambda *_: None)
+                                        say=lambda *_: None, clock=args.clock)
             finally:
                 if loader is not None:
                     loader.terminate()
@@ -108,7 +109,7 @@ def main(argv=None):
             for p in report["points"]:
                 if "ratio" not in p:
                     continue
-                w.writerow({"run": tag, "condition": "loaded" if args.load else "idle",
+                w.writerow({"run": tag, "clock": args.clock, "condition": "loaded" if args.load else "idle",
                             "load_start": f"{report['load'][0][0]:.2f}",
                             "load_end": f"{report['load'][-1][0]:.2f}",
                             "label": p["label"], "id": p["id"], "ratio": f"{p['ratio']:.4f}",
