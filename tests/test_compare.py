@@ -138,7 +138,9 @@ def test_cli_quick_writes_csvs(tmp_path, capsys):
     assert cli.main(["compare", "--quick", "--repeats", "1", "--out", str(tmp_path)]) == 0
     s = pd.read_csv(tmp_path / "compare_summary.csv")
     assert set(s.direction) == {"forward", "backward", "forward+backward"}
-    assert set(s.kernel) == {"default", "tiled"}
+    # every compared kernel with quick cases: attention's tiled one, linear attention's other two
+    assert set(s.kernel) == {k.name for f in models.families() for k in f.compared if k.quick_cases}
+    assert set(s[s.model == "linear_attention"].kernel) == {"default", "parallel", "recurrent"}
     assert "speedup_vs_fastest" in capsys.readouterr().out
 
 
