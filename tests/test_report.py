@@ -150,7 +150,7 @@ def _expected_linear(csv):
     return ([f"agree to {(lm.max_abs_diff / lm.max_abs_output).max():.1e} of max |y|",
              ", ".join(f"{forms[f]} {int(span[f]):,}" for f in forms) + " operations"]
             + [f"{forms[f]} {mem[f] / 2**20:.1f} MiB" for f in forms]
-            + [f"{forms[f]} {sec[f] * 1e3:.1f} ms" for f in forms])
+            + [f"{forms[f]} {sec[f] * 1e3:,.1f} ms" for f in forms])
 
 
 def test_captions_state_numbers_computed_another_way(built):

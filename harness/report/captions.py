@@ -352,8 +352,8 @@ def caption_linear(f):
                         + (f" (T^{growth[a]:.2f})" if math.isfinite(growth[a]) else "")
                         for a in mem.index)
             + f". Forward time at T = {Tw:,} (d = {int(wt.d.iloc[0])}){rounds}: "
-            + ", ".join(f"{a} {r.seconds * 1e3:.1f} ms [{r.seconds_lo * 1e3:.1f}, "
-                        f"{r.seconds_hi * 1e3:.1f}]" for a, r in wt.iterrows())
+            + ", ".join(f"{a} {r.seconds * 1e3:,.1f} ms [{r.seconds_lo * 1e3:,.1f}, "
+                        f"{r.seconds_hi * 1e3:,.1f}]" for a, r in wt.iterrows())
             + f": the {fast} form is {wt.seconds[slow] / wt.seconds[fast]:.1f}× faster than "
             f"the {slow} one.")
 

@@ -328,4 +328,6 @@ def figure_linear(f):
     g.set(xscale="log", yscale="log")
     g.set_titles("{col_name}")
     g.set_axis_labels("T", "")
+    for ax in g.axes.flat:            # the panels' own T ranges: powers of ten, no minor labels
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     return g.figure
