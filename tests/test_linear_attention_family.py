@@ -254,3 +254,43 @@ def test_the_numpy_peer_returns_every_weight_gradient():
     got = _linear.numpy_backward(X, *W, _linear.numpy_forward(X, *W, chunk=8)[1], dY)
     for name, a, b in zip(("dX", "dWq", "dWk", "dWv"), got, want):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+# ------------------------------------------------------------------ the README's speed table
+
+def test_readme_speed_table_is_the_recorded_rounds():
+    """The README's linear-attention speed table, recomputed from the rounds it was measured in
+    (docs/linear_attention_speed.csv) with plain medians: per (T, dtype, direction) the fastest
+    of the harness's three methods against the fastest PyTorch and NumPy peers (peer median /
+    ours, its printed 95 % interval around it), and the chunked forward's share of the GEMM
+    peak timed in the same rounds (median over rounds of rate / peak)."""
+    import re
+    from pathlib import Path
+
+    import pandas as pd
+    root = Path(__file__).resolve().parents[1]
+    rounds = pd.read_csv(root / "docs" / "linear_attention_speed.csv")
+    text = (root / "README.md").read_text(encoding="utf-8")
+    table = text.split("<!-- linear-attention speed: docs/linear_attention_speed.csv -->", 1)[1]
+    table = table.split("\n\n", 2)[1]
+    lines = [ln for ln in table.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    keys = rounds.groupby(["T", "dtype", "direction"], sort=False).ngroups
+    assert len(lines) == keys
+    for (T, dtype, direction), g in rounds.groupby(["T", "dtype", "direction"], sort=False):
+        med = g.groupby("impl").seconds.median()
+        ours = med[med.index.str.startswith("harness-")].idxmin()
+        line = next(ln for ln in lines if ln.startswith(f"| {T:,} | {dtype} | {direction} |"))
+        assert f"| {ours.removeprefix('harness-')} {med[ours] * 1e3:,.1f} ms |" in line, line
+        for peer in (med[med.index.str.startswith("torch")].idxmin(), "numpy"):
+            ratio = med[peer] / med[ours]
+            said = re.escape(f"| {peer} {med[peer] * 1e3:,.1f} ms: {ratio:.2f}× [")
+            m = re.search(said + r"([\d.]+), ([\d.]+)\] \|", line)
+            assert m and float(m[1]) <= ratio <= float(m[2]), (peer, ratio, line)
+        if direction == "forward":
+            wide = g.pivot(index="round", columns="impl", values="seconds")
+            share = np.median(2 * fam.kernel_macs("chunked", T, 64) / wide["harness-chunked"]
+                              / (2 * 2048 ** 3 / wide["gemm2048"]))
+            assert f"{share:.2f} of the GEMM peak" in line, (share, line)
+            assert f"({np.median(2 * 2048 ** 3 / wide['gemm2048']) / 1e9:.0f} GFLOP/s)" in line
+        assert line.endswith(f"| {g.load.iloc[0]:.0f} |") and g["round"].nunique() == 5
+    assert "timed in the same five\ninterleaved rounds" in text
