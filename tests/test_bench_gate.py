@@ -157,6 +157,7 @@ def test_export_writes_the_commits_tree(repo, tmp_path):
     (["--base", "HEAD", "--rounds", "2"], "--rounds must be at least 3"),
     (["--base", "HEAD", "--min-sample-s", "0"], "--min-sample-s must be a positive number"),
     (["--base", "HEAD", "--bench", "("], "--bench must be a regular expression"),
+    (["--base", "HEAD", "--min-change", "1.5"], "--min-change must be a fraction in [0, 1)"),
 ])
 def test_bad_arguments_say_what_was_expected(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -213,3 +214,33 @@ def test_a_sample_is_cpu_time_unless_wall_time_is_asked_for(capsys):
     with pytest.raises(SystemExit):
         bench_gate.parse_args(["--base", "HEAD", "--clock", "tsc"])
     assert "--clock: invalid choice: 'tsc'" in capsys.readouterr().err
+
+
+def _row(run, cond, label, verdict, load="1.0"):
+    return {"run": run, "condition": cond, "load_start": load, "label": label,
+            "verdict": verdict}
+
+
+def test_the_error_rate_table_counts_false_alarms_and_detections():
+    import bench_gate_rates
+    rows = ([_row("r1", "idle", "head", v, "0.5") for v in ["same"] * 23 + ["faster"]]
+            + [_row("r2", "idle", "head", "same", "2.5")] * 24
+            + [_row(r, "idle", "slow5", v) for r, v in (("r1", "same"), ("r2", "slower"))]
+            + [_row(r, "idle", "slow10", "slower") for r in ("r1", "r2")]
+            + [_row(r, "idle", "slow25", "slower") for r in ("r1", "r2")])
+    lines = bench_gate_rates.summary(rows).splitlines()
+    assert len(lines) == 3                                   # no loaded rows: no loaded line
+    assert lines[2] == ("| no load of ours | 2 | 0.5–2.5 | 1 of 48 (2.1 %) | 1 of 2 | 2 of 2 "
+                        "| 2 of 2 |")
+
+
+def test_the_readme_gives_the_measured_error_rates():
+    """The README's table is the summary of the measurements kept in benchmarks/gate_rates.csv
+    (written by tools/bench_gate_rates.py)."""
+    import csv
+
+    import bench_gate_rates
+    with open(ROOT / "benchmarks" / "gate_rates.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows
+    assert bench_gate_rates.summary(rows) in (ROOT / "README.md").read_text()

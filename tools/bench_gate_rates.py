@@ -72,19 +72,85 @@ def trees_for(base, root):
     return out
 
 
+CONDITIONS = {"idle": "no load of ours", "loaded": "a second process of ours"}
+
+
+def summary(rows):
+    """The README's table of error rates from the CSV's rows (dicts): per condition, the
+    runs, their load averages at the start, the A/A points flagged (either way) of all A/A
+    points, and per injected level the runs whose slowdown was flagged slower."""
+    lines = ["| condition | runs | load average at the start | A/A points flagged | "
+             "5 % caught | 10 % caught | 25 % caught |", "|---|---|---|---|---|---|---|"]
+    for cond, words in CONDITIONS.items():
+        mine = [r for r in rows if r["condition"] == cond]
+        if not mine:
+            continue
+        runs = sorted({r["run"] for r in mine})
+        loads = [float(r["load_start"]) for r in mine]
+        aa = [r for r in mine if r["label"] == "head"]
+        bad = sum(r["verdict"] in ("slower", "faster") for r in aa)
+        cells = []
+        for label in LEVELS:
+            hit = [r for r in mine if r["label"] == label]
+            cells.append(f"{sum(r['verdict'] == 'slower' for r in hit)} of {len(hit)}")
+        lines.append(f"| {words} | {len(runs)} | {min(loads):.1f}–{max(loads):.1f} | "
+                     f"{bad} of {len(aa)} ({100 * bad / max(len(aa), 1):.1f} %) | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def rescore(reports, min_change=bench_gate.MIN_CHANGE):
+    """The CSV's rows of stored reports (the .jsonl beside it, every sample kept) under the
+    gate's rule as it stands: ``min_change`` and ``floor_of``/``verdict`` applied again."""
+    rows = []
+    for rep in reports:
+        for p in rep["points"]:
+            if "samples" not in p:
+                continue
+            s = p["samples"]
+            floor = bench_gate.floor_of(*bench_gate.paired_ratio(s["base2"], s["base"]), min_change)
+            ratio, lo, hi = bench_gate.paired_ratio(s[p["label"]], s["base"])
+            rows.append({"run": rep["run"], "clock": rep.get("clock", "wall"),
+                         "condition": rep["condition"], "load_start": f"{rep['load'][0][0]:.2f}",
+                         "load_end": f"{rep['load'][-1][0]:.2f}", "label": p["label"],
+                         "id": p["id"], "ratio": f"{ratio:.4f}", "lo": f"{lo:.4f}",
+                         "hi": f"{hi:.4f}", "floor": f"{floor:.4f}",
+                         "verdict": bench_gate.verdict(ratio, lo, hi, floor),
+                         "seconds": f"{rep['seconds']:.0f}"})
+    return rows
+
+
 def w_cond(args):
     return "loaded" if args.load else "idle"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--base", required=True)
+    ap.add_argument("--base")
+    ap.add_argument("--summary", default=None, help="print the table of this CSV and stop")
+    ap.add_argument("--rescore", default=None,
+                    help="a .jsonl of stored runs: write --out anew under the gate's rule")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--load", action="store_true", help="a second process busy beside the gate")
     ap.add_argument("--trees", default="/tmp/bench-gate-rates")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default=None)
     ap.add_argument("--clock", choices=sorted(bench_gate.CLOCKS), default=bench_gate.CLOCK)
     args = ap.parse_args(argv)
+    if args.rescore:
+        with open(args.rescore) as f:
+            rows = rescore([bench_gate.json.loads(line) for line in f])
+        with open(args.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        print(summary(rows))
+        return
+    if args.summary:
+        with open(args.summary, newline="") as f:
+            print(summary(list(csv.DictReader(f))))
+        return
+    if args.base is None or args.out is None:
+        ap.error("--base and --out are required to measure (or --summary CSV to print)")
     base = bench_gate.resolve(args.base)
     trees = trees_for(base, args.trees)
     only = {label: "^" + INJECTED.replace("(", r"\(").replace(")", r"\)") + "$" for label in LEVELS}
