@@ -421,8 +421,9 @@ def test_matmul_labels_three_batch_axes():
 def test_a_field_reads_as_the_dense_array_it_stands_for(seed, monkeypatch):
     """Row and column terms against their dense twin, through every Field operation; DENSE_MAX
     set low so that the small shapes stay in terms."""
-    from harness.analysis.trace import Field
-    monkeypatch.setattr(trace, "DENSE_MAX", 4)
+    from harness.analysis import field
+    from harness.analysis.field import Field
+    monkeypatch.setattr(field, "DENSE_MAX", 4)
     rng = np.random.default_rng(seed)
     m, n = rng.integers(2, 6, size=2)
     for how, ufunc in (("min", np.minimum), ("max", np.maximum)):
