@@ -482,6 +482,36 @@ def test_a_signal_during_compilation_waits_for_its_end():
         assert reached and _interrupt.received() == signal.SIGTERM
 
 
+def test_a_signal_during_any_numba_compilation_waits_for_its_end():
+    """A kernel compiles the first time it meets a type, wherever that is (harness compare's
+    first case of a fresh clone, after the warm-up): a signal then is held until Numba's
+    compiler lock is released, and raised after. Raised inside the compiler, it left a
+    half-built llvmlite OutputString whose __del__ printed "Exception ignored ... '_ptr'"
+    at exit (a fresh clone's test run, 1 December 2026)."""
+    import harness.kernels  # noqa: F401  (turns on signals.watch_numba)
+    from numba import njit
+    from numba.core import event
+
+    @njit                                  # no cache: it compiles on its first call below
+    def twice(x):
+        return 2 * x
+
+    class Send(event.Listener):
+        def on_start(self, ev):           # the signal arrives while the compiler runs
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        def on_end(self, ev):
+            pass
+
+    with _interrupt.installed():
+        with pytest.raises(KeyboardInterrupt):
+            with event.install_listener("numba:compile", Send()):
+                twice(3)
+            time.sleep(2)                  # the held signal is raised by here at the latest
+        assert _interrupt.received() == signal.SIGTERM
+    assert len(twice.overloads) == 1       # the compilation ran to its end first
+
+
 def test_a_command_forgets_its_signal_when_it_ends(monkeypatch, capsys):
     """cli.main in a process that goes on (a test, a notebook): the next command, and every
     checkpoint() after, starts with no signal recorded."""

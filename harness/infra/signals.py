@@ -3,7 +3,8 @@
 The handler records the signal and raises KeyboardInterrupt, so the work stops
 where it is and every ``finally`` runs. Where raising would do harm it only
 records, and the exception comes when the block ends: ``quietly()`` (code that
-calls back into Python from C or C++: Numba's compiler, importing PyTorch) and
+calls back into Python from C or C++: Numba's compiler, importing PyTorch), every Numba
+compilation wherever it happens (``watch_numba``, which ``harness.kernels`` turns on) and
 ``deferred()`` (a few renames that move in together).
 
 A KeyboardInterrupt raised where Python cannot deliver it (a weakref callback
@@ -34,6 +35,7 @@ _owed = False          # its KeyboardInterrupt has not reached the work yet
 _quiet = 0             # > 0: record a signal, raise it later
 _for_process = False   # the executable's handler: installed once, never taken down
 _next_hook = sys.__unraisablehook__    # what prints every other "Exception ignored"
+_watching = False      # watch_numba's listener is registered
 
 
 def _handler(signum, frame):
@@ -74,6 +76,37 @@ def quietly():
     finally:
         _quiet -= 1
     checkpoint()
+
+
+def watch_numba():
+    """Make every Numba compilation in the main thread, and every load from Numba's cache, a
+    ``quietly()`` block, wherever it happens: a kernel compiles the first time it meets a
+    type, not only in the warm-up. A KeyboardInterrupt raised inside llvmlite's code
+    leaves half-built objects whose ``__del__`` prints "Exception ignored ... has no
+    attribute '_ptr'" as the process ends. Numba holds its compiler lock around both
+    (the event "numba:compiler_lock", nested as the lock is): a signal that arrives while it
+    is held is recorded, and sent again once the outermost hold ends."""
+    global _watching
+    if _watching:
+        return
+    from numba.core import event
+
+    class _Held(event.Listener):
+        def on_start(self, ev):
+            global _quiet
+            if threading.current_thread() is threading.main_thread():
+                _quiet += 1
+
+        def on_end(self, ev):
+            global _quiet
+            if threading.current_thread() is threading.main_thread():
+                _quiet -= 1
+                if _owed and not _quiet and _received is not None:
+                    # from another thread, so that it lands after Numba's own bookkeeping
+                    _thread.start_new_thread(_thread.interrupt_main, (_received,))
+
+    event.register("numba:compiler_lock", _Held())
+    _watching = True
 
 
 def received():

@@ -11,3 +11,8 @@ parallel and chunked). Beside them, the analysers' compiled helpers: ``jacobian`
 RNN's Jacobian products), ``greedy`` (the list scheduler), ``vmath`` (vectorised tanh and
 exp) and ``blas`` (matrix products on the BLAS the kernels use).
 """
+
+from harness.infra import signals
+
+signals.watch_numba()       # a signal during a compilation waits for its end
+
