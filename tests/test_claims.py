@@ -533,3 +533,38 @@ def test_selective_gate_rule():
     assert judge(_spread(none=1e-9))["verdict"] == FAILS
     assert claims.claims_table({})["claim"].tolist()[-2:] == [
         claims.linear_recurrence_or_parallel.text, claims.selective_gate_depends_on_input.text]
+
+
+# ----------------------------------------------------------------------------- both sides of the last two rules
+
+@pytest.mark.parametrize("scan_span, verdict", [(10, FAILS), (60, FAILS), (200, HOLDS), (2000, HOLDS)])
+def test_scan_rule_fails_where_the_scan_span_is_short(scan_span, verdict):
+    """'…and so does every recurrence' does not hold where the scan's span at the largest T is
+    under T/10 (a log-depth scan), and holds where it is a sizeable share of T."""
+    from harness.report import numbers
+    scan = numbers.scan_form()
+    d = pd.DataFrame({"model": ["rnn", "lru", scan] * 2, "T": [50] * 3 + [2000] * 3,
+                      "span": [150, 100, 12, 6000, 4000, scan_span]})
+    row = claims.scan_parallelises({"scan_depth": d})
+    assert row["verdict"] == verdict and row["value"] == scan_span
+    assert f"a span of {scan_span}" in row["measured"] and "T = 2,000" in row["measured"]
+
+
+def _clipping(total_after=0.0, far_after_big=-2.0, far_after_small=-14.5):
+    return pd.DataFrame({"rho": [0.5, 1.5], "threshold": [1.0, 1.0],
+                         "log10_total_before": [-0.3, 9.3], "log10_total_after": [-0.3, total_after],
+                         "log10_far_over_near_before": [-14.5, -2.0],
+                         "log10_far_over_near_after": [far_after_small, far_after_big]})
+
+
+@pytest.mark.parametrize("kw, verdict", [
+    ({}, HOLDS),                                   # capped at the threshold, ratio kept, far vanished
+    ({"total_after": 9.3}, FAILS),                 # not capped: explosion not stopped
+    ({"far_after_big": -1.0}, FAILS),              # the ratio changed by the clipping
+    ({"far_after_small": -1.0}, FAILS),            # the small radius's far end did not vanish
+])
+def test_clipping_rule_needs_the_cap_the_kept_ratio_and_the_vanished_far_end(kw, verdict):
+    row = claims.clipping_stops_explosion_only({"clipping": _clipping(**kw)})
+    assert row["verdict"] == verdict
+    small = kw.get("far_after_small", -14.5)
+    assert row["value"] == small and f"far is still 10^{small:+.1f} of near" in row["measured"]
