@@ -529,7 +529,10 @@ def test_selective_gate_rule():
             and "26.0 at input scale 4" in row["measured"]
             and "none decay 0.00, constant decay 0.00" in row["measured"])
     assert judge(_spread(selective=0.05))["verdict"] == FAILS              # no spread
-    assert judge(_spread(constant=0.2))["verdict"] == FAILS                # a constant that spreads
+    assert "(one value for every input)" in row["measured"]
+    spread = judge(_spread(constant=0.2))                                  # a constant that spreads
+    assert spread["verdict"] == FAILS and "one value for every input" not in spread["measured"]
+    assert "the spread is not the gate's alone" in spread["measured"]
     assert judge(_spread(none=1e-9))["verdict"] == FAILS
     assert claims.claims_table({})["claim"].tolist()[-2:] == [
         claims.linear_recurrence_or_parallel.text, claims.selective_gate_depends_on_input.text]

@@ -155,5 +155,6 @@ def selective_gate_depends_on_input(f):
                 f"{numbers.UNIT_SCALE:g} and {top.loc['selective'].decades:.1f} at input scale "
                 f"{top.loc['selective'].input_scale:g}; "
                 + ", ".join(f"{dec} decay {r.decades:.2f}" for dec, r in fixed.iterrows())
-                + " decades (one value for every input)",
+                + " decades" + (" (one value for every input)" if flat else
+                                " (they spread too: the spread is not the gate's alone)"),
                 sel.decades, HOLDS if spreads and flat else FAILS)
