@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.kernels import linear_attention as la
+from harness.models import torch_peers
 
 CHUNK = la.CHUNK        # rows per chunk of the chunked form: the kernel's, so the form is its own
 
@@ -254,31 +255,7 @@ def torch_chunked(torch, X, Wq, Wk, Wv, chunk=CHUNK):
 
 
 def torch_peer(run, X, W, dY, torch):
-    """(forward, backward, outputs, forward+backward) of ``run(torch, X, Wq, Wk, Wv)``: the
-    forward without autograd, the backward on one kept graph (weights' gradients too, as the
-    kernel's), both passes on a new graph each call."""
-    Xt = torch.from_numpy(X)
+    """(forward, backward, outputs, forward+backward) of ``run(torch, X, Wq, Wk, Wv)``
+    (``torch_peers.autograd``), the weights' gradients computed too, as the kernel's."""
     Wt = [torch.from_numpy(w).clone().requires_grad_(True) for w in W]
-
-    def t_forward():
-        with torch.no_grad():
-            return run(torch, Xt, *Wt)
-
-    Xg = Xt.clone().requires_grad_(True)
-    out = run(torch, Xg, *Wt)
-    g = torch.from_numpy(dY)
-
-    def t_backward():
-        out.backward(g, retain_graph=True)
-
-    def t_outputs():
-        Xg.grad = None
-        out.backward(g, retain_graph=True)
-        return t_forward().numpy(), Xg.grad.numpy()
-
-    def t_both():
-        Xn = Xt.clone().requires_grad_(True)
-        run(torch, Xn, *Wt).backward(g)
-        return Xn.grad
-
-    return t_forward, t_backward, t_outputs, t_both
+    return torch_peers.autograd(lambda x: run(torch, x, *Wt), X, dY, dY.shape, torch)

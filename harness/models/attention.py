@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness.kernels import attention
-from harness.models import reference
+from harness.models import reference, torch_peers
 from harness.analysis import trace
 from harness.kernels.blas import matmul
 from harness.infra.stats import fit_rate
@@ -336,30 +336,12 @@ def _torch_peer(X, W, dY, torch):
     """PyTorch: projections, then SDPA (its tiled kernel), autograd for the backward.
     (forward, backward from a kept graph, outputs, forward+backward)."""
     F = torch.nn.functional
-    Xt, Wqt, Wkt, Wvt = (torch.from_numpy(a) for a in (X, *W))
+    Wt = [torch.from_numpy(w) for w in W]
 
-    def t_forward():
-        with torch.no_grad():
-            return F.scaled_dot_product_attention(*_heads(Xt @ Wqt, Xt @ Wkt, Xt @ Wvt))[0, 0]
+    def call(x):                                   # x: (1, T, d), as torch_peers.autograd gives
+        return F.scaled_dot_product_attention(*_heads(*(x[0] @ w for w in Wt)))[0]
 
-    Xg = Xt.clone().requires_grad_(True)
-    out = F.scaled_dot_product_attention(*_heads(Xg @ Wqt, Xg @ Wkt, Xg @ Wvt))[0, 0]
-    g = torch.from_numpy(dY)
-
-    def t_backward():
-        out.backward(g, retain_graph=True)
-
-    def t_outputs():
-        Xg.grad = None
-        out.backward(g, retain_graph=True)
-        return t_forward().numpy(), Xg.grad.numpy()
-
-    def t_forward_backward():
-        Xf = Xt.clone().requires_grad_(True)
-        F.scaled_dot_product_attention(*_heads(Xf @ Wqt, Xf @ Wkt, Xf @ Wvt))[0, 0].backward(g)
-        return Xf.grad
-
-    return t_forward, t_backward, t_outputs, t_forward_backward
+    return torch_peers.autograd(call, X, dY, X.shape, torch)
 
 
 def tiled_peers(X, W, dY, torch=None):

@@ -22,14 +22,14 @@ def recurrent(module, X, W, dH, shape, torch):
 def autograd(call, X, dY, shape, torch):
     """(forward, backward, outputs, forward+backward) of ``call`` (a torch module, or a function
     of one batch-first tensor) on X, unbatched or batched: the forward without autograd, the
-    backward of dY on one kept graph, both passes on a new graph each call; ``outputs`` gives
-    (Y reshaped to ``shape``, dX) as NumPy arrays."""
+    backward of dY on one kept graph, both passes on a new graph each call; the forward's Y
+    is reshaped to ``shape``, and ``outputs`` gives (Y, dX) as NumPy arrays."""
     batched = X.ndim == 3
     Xt = torch.from_numpy(X if batched else X[None]).clone()
 
     def t_forward():
         with torch.no_grad():
-            return call(Xt)
+            return call(Xt).reshape(shape)          # a view: unbatched X gives unbatched Y
 
     Xg = Xt.clone().requires_grad_(True)
     out = call(Xg)
@@ -41,7 +41,7 @@ def autograd(call, X, dY, shape, torch):
     def t_outputs():
         Xg.grad = None
         out.backward(g, retain_graph=True)
-        return t_forward().numpy().reshape(shape), Xg.grad.numpy().reshape(X.shape)
+        return t_forward().numpy(), Xg.grad.numpy().reshape(X.shape)
 
     def t_both():                                  # a training step: a new graph, both passes
         Xn = Xt.clone().requires_grad_(True)
