@@ -46,11 +46,7 @@ def as_float_view(name, x, ndims, dtype=None):
                 f"{name} must be a NumPy array of float32 or float64, "
                 f"got {type(x).__name__}. Please pass np.asarray({name}, dtype=np.float64)."
             )
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must have dtype float32 or float64, got {x.dtype}. "
-            f"Please change your input dtype with {name}.astype(np.float64)."
-        )
+    _check_float_dtype(name, x)
     if dtype is not None and x.dtype != dtype:
         raise TypeError(
             f"{name} has dtype {x.dtype} but the other inputs are {dtype}; "
@@ -68,6 +64,14 @@ def as_float_view(name, x, ndims, dtype=None):
         bad = int(u.size - np.count_nonzero(np.isfinite(u))) * (x.size // u.size)
         raise ValueError(f"{name} holds {bad} NaN or inf value(s); every input must be finite.")
     return x
+
+
+def _check_float_dtype(name, x):
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must have dtype float32 or float64, got {x.dtype}. "
+            f"Please change your input dtype with {name}.astype(np.float64)."
+        )
 
 
 def distinct(x):
@@ -94,11 +98,7 @@ def contiguous(name, x, what=None):
 def common_dtype(name, x):
     """The dtype that every other input must share: the dtype of ``x``."""
     x = np.asarray(x) if not isinstance(x, np.ndarray) else x
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must have dtype float32 or float64, got {x.dtype}. "
-            f"Please change your input dtype with {name}.astype(np.float64)."
-        )
+    _check_float_dtype(name, x)
     return x.dtype
 
 

@@ -33,6 +33,7 @@ from numba import njit
 
 from harness.infra import validate as v
 from harness.infra import workspace
+from harness.kernels import tiles
 from harness.kernels.blas import matmul
 from harness.kernels.vmath import exp_shifted_inplace, row_dot, row_max, row_sum, tanh_inplace
 
@@ -197,10 +198,7 @@ def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, t
     # int64 (tile_k,).
     B, T, d_k = Q.shape
     d_v = V.shape[2]
-    n_s = tile_q * tile_k
-    P_all, dP_all = work[:n_s], work[n_s:2 * n_s]
-    tmp_q = work[2 * n_s:2 * n_s + tile_q * d_k].reshape(tile_q, d_k)
-    tmp_k = work[2 * n_s + tile_q * d_k:2 * n_s + tile_q * d_k + tile_k * max(d_k, d_v)]
+    P_all, dP_all, tmp_q, tmp_k = tiles.backward_start(dY, Y, work, tile_q, tile_k, D, dQ)
     shift = np.empty(1, dtype=Q.dtype)                # rounds c_i to the scores' dtype
     heavy = np.empty(tile_q, dtype=np.bool_)          # the tile's row holds a weight >= HEAVY
     sigma, rho, top = rows[0], rows[1], rows[2]
@@ -209,25 +207,14 @@ def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, t
     top[:] = 0.0
     arg[:] = 0
     for b in range(B):
-        for i in range(T):
-            D[b, i] = row_dot(dY[b, i], Y[b, i], d_v)
-    dQ[:] = 0.0
-    for b in range(B):
         for j0 in range(0, T, tile_k):
             j1 = min(j0 + tile_k, T)
             bk = j1 - j0
-            K_j, V_j, dK_j, dV_j = K[b, j0:j1], V[b, j0:j1], dK[b, j0:j1], dV[b, j0:j1]
-            dK_j[:] = 0.0
-            dV_j[:] = 0.0
-            tk_v = tmp_k[:bk * d_v].reshape(bk, d_v)
-            tk_k = tmp_k[:bk * d_k].reshape(bk, d_k)
+            K_j, V_j, dK_j, dV_j, tk_v, tk_k = tiles.key_tile(K, V, dK, dV, tmp_k, b, j0, j1)
             for i0 in range((j0 // tile_q) * tile_q if causal else 0, T, tile_q):
                 i1 = min(i0 + tile_q, T)
                 bq = i1 - i0
-                Q_i, dY_i = Q[b, i0:i1], dY[b, i0:i1]
-                P = P_all[:bq * bk].reshape(bq, bk)
-                dP = dP_all[:bq * bk].reshape(bq, bk)
-                np.dot(Q_i, K_j.T, P)
+                Q_i, dY_i, P, dP = tiles.query_tile(Q, dY, K_j, P_all, dP_all, b, i0, i1)
                 for r in range(bq):
                     row = P[r]
                     i = i0 + r
@@ -261,10 +248,7 @@ def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, t
                                     top[b, i0 + r] = p[col]
                                     arg[b, i0 + r] = j0 + col
                     sigma[b, i0 + r] += row_sum(g, bk)
-                np.dot(dP, K_j, tmp_q[:bq])
-                dQ[b, i0:i1] += tmp_q[:bq]
-                np.dot(dP.T, Q_i, tk_k)
-                dK_j += tk_k
+                tiles.add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, b, i0, i1)
         for i in range(T):                            # the row's errors, taken out at j*
             if not top[b, i] >= HEAVY * rho[b, i] > 0.0:
                 top[b, i] = 0.0                       # no weight dominates: nothing taken out

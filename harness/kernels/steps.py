@@ -31,28 +31,32 @@ def nonfinite(u):
 
 
 @njit(cache=True, error_model="numpy")
-def to_rows(a, A, t):
-    # A[r, t, :] = a[:, r] for every r: a (n, B) -> the caller's layout A (B, T, n), in blocks of
-    # 16 rows of a, so that each block's strided reads stay in L1 (1 KiB in float32 for B = 16)
+def _blocked_copy(a, A, t, to_A):
+    # between a (n, B) and the caller's layout A (B, T, n) at step t, in blocks of 16 rows of a,
+    # so that each block's strided reads or writes stay in L1 (1 KiB in float32 for B = 16)
     n, B = a.shape
     for j0 in range(0, n, 16):
         j1 = min(j0 + 16, n)
         for r in range(B):
             row = A[r, t]
-            for j in range(j0, j1):
-                row[j] = a[j, r]
+            if to_A:
+                for j in range(j0, j1):
+                    row[j] = a[j, r]
+            else:
+                for j in range(j0, j1):
+                    a[j, r] = row[j]
+
+
+@njit(cache=True, error_model="numpy")
+def to_rows(a, A, t):
+    # A[r, t, :] = a[:, r] for every r
+    _blocked_copy(a, A, t, True)
 
 
 @njit(cache=True, error_model="numpy")
 def to_columns(A, t, a):
-    # a[:, r] = A[r, t, :] for every r, blocked as to_rows
-    n, B = a.shape
-    for j0 in range(0, n, 16):
-        j1 = min(j0 + 16, n)
-        for r in range(B):
-            row = A[r, t]
-            for j in range(j0, j1):
-                a[j, r] = row[j]
+    # a[:, r] = A[r, t, :] for every r
+    _blocked_copy(a, A, t, False)
 
 
 @njit(cache=True)

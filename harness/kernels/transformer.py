@@ -42,6 +42,7 @@ from numba.extending import intrinsic
 
 from harness.infra import validate as v
 from harness.infra import workspace
+from harness.kernels import tiles
 from harness.kernels.blas import matmul
 from harness.kernels.vmath import (_EXP_FLOOR, _F_EXP_FLOOR, _F_HALF, _F_INV_LN2, _F_LN2_HI,
                                    _F_LN2_LO, _F_ONE, _expm1_reduced, _expm1f_reduced, _pow2_bits,
@@ -410,31 +411,17 @@ def _attend_backward_tiled(Q, K, V, L, O, dO, scale, causal, tile_q, tile_k, dQ,
     # D float64 (G, T_q); work (2 tile_q tile_k + tile_q d_k + tile_k max(d_k, d_v),) in Q's
     # dtype.
     G, T_q, d_k = Q.shape
-    T_k, d_v = K.shape[1], V.shape[2]
-    n_s = tile_q * tile_k
-    P_all, dP_all = work[:n_s], work[n_s:2 * n_s]
-    tmp_q = work[2 * n_s:2 * n_s + tile_q * d_k].reshape(tile_q, d_k)
-    tmp_k = work[2 * n_s + tile_q * d_k:2 * n_s + tile_q * d_k + tile_k * max(d_k, d_v)]
-    for g in range(G):
-        for i in range(T_q):
-            D[g, i] = row_dot(dO[g, i], O[g, i], d_v)
-    dQ[:] = 0.0
+    T_k = K.shape[1]
+    P_all, dP_all, tmp_q, tmp_k = tiles.backward_start(dO, O, work, tile_q, tile_k, D, dQ)
     for g in range(G):
         for j0 in range(0, T_k, tile_k):
             j1 = min(j0 + tile_k, T_k)
             bk = j1 - j0
-            K_j, V_j, dK_j, dV_j = K[g, j0:j1], V[g, j0:j1], dK[g, j0:j1], dV[g, j0:j1]
-            dK_j[:] = 0.0
-            dV_j[:] = 0.0
-            tk_v = tmp_k[:bk * d_v].reshape(bk, d_v)
-            tk_k = tmp_k[:bk * d_k].reshape(bk, d_k)
+            K_j, V_j, dK_j, dV_j, tk_v, tk_k = tiles.key_tile(K, V, dK, dV, tmp_k, g, j0, j1)
             for i0 in range((j0 // tile_q) * tile_q if causal else 0, T_q, tile_q):
                 i1 = min(i0 + tile_q, T_q)
                 bq = i1 - i0
-                Q_i, dO_i = Q[g, i0:i1], dO[g, i0:i1]
-                P = P_all[:bq * bk].reshape(bq, bk)
-                dP = dP_all[:bq * bk].reshape(bq, bk)
-                np.dot(Q_i, K_j.T, P)
+                Q_i, dO_i, P, dP = tiles.query_tile(Q, dO, K_j, P_all, dP_all, g, i0, i1)
                 for r in range(bq):
                     row = P[r]
                     w = max(0, min(bk, i0 + r + 1 - j0)) if causal else bk
@@ -448,10 +435,7 @@ def _attend_backward_tiled(Q, K, V, L, O, dO, scale, causal, tile_q, tile_k, dQ,
                     p, s = P[r], dP[r]
                     for c in range(bk):
                         s[c] = p[c] * (s[c] - Dr) * scale
-                np.dot(dP, K_j, tmp_q[:bq])
-                dQ[g, i0:i1] += tmp_q[:bq]
-                np.dot(dP.T, Q_i, tk_k)
-                dK_j += tk_k
+                tiles.add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, g, i0, i1)
 
 
 # ------------------------------------------------------------------ layer norm
