@@ -30,6 +30,7 @@ class Depth(common.Tracked):
     def setup_cache(self):
         """Every form's counts at every T, traced once per run: asv shares them among the four
         methods and every parameter, each of which is its own process."""
+        common.apply_threads()
         depth = common.analyser("depth")
         counts = {}
         for model in self.params[0]:
@@ -82,6 +83,7 @@ class DecayRate(common.Tracked):
 
     def setup_cache(self):
         """Every fitted rate, once per run (shared by both methods and every parameter)."""
+        common.apply_threads()
         gradpath = common.analyser("gradpath")
         rnn = common.analyser("models.rnn")
         D = gradpath.DEFAULT
@@ -108,6 +110,7 @@ class AttentionDecayRate(common.Tracked):
     """The same fit for self-attention: about 0, one alpha factor at every distance."""
 
     def setup(self):
+        common.apply_threads()
         gradpath = common.analyser("gradpath")
         D = gradpath.DEFAULT
         frame = common.analyser("models.attention").attention_paths(T=D.Ts[0], d=D.ds[0], seed=D.seed)

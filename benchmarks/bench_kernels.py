@@ -25,6 +25,10 @@ class Kernels(common.Benchmark):
     repeat = (3, 7, 1.0)            # at least 3 samples a round: a median, not one draw
 
     def setup(self, model, size):
+        # asv runs setup again before every sample, on the same instance; the inputs never
+        # change, so a second call keeps the first's (it cost a forward and a backward a sample)
+        if getattr(self, "prepared", None) == (model, size):
+            return
         T, d, batch, dtype = SIZES[size]
         common.skip_unless_fits(model, T, batch)
         common.apply_threads()
@@ -33,6 +37,7 @@ class Kernels(common.Benchmark):
         # kernel may choose its path by size) and touch the memory; out is backward's input
         self.out = common.run_forward(model, self.X, self.Ws)
         common.run_backward(model, self.X, self.Ws, self.out)
+        self.prepared = (model, size)
 
     def time_forward(self, model, size):
         common.run_forward(model, self.X, self.Ws)

@@ -1,10 +1,13 @@
 """What every benchmark shares: thread settings, sizes, seeds, inputs and warm-up.
 
-Thread counts are set here, once, all together: BLAS and Numba get the same
-count, ``HARNESS_BENCH_THREADS`` (default 1), so a timing never depends on
-whichever library picked its own default. ``OPENBLAS_CORETYPE`` is read and
-recorded, never changed. ``bench_machine.Threads`` puts all three in every
-results file.
+Thread counts are set here, all together: BLAS and Numba get the same count,
+``HARNESS_BENCH_THREADS`` (default 1), so a timing never depends on whichever
+library picked its own default. BLAS's is set at import; Numba's in each
+benchmark's setup (``apply_threads``), in the process that runs it, since asv forks
+every benchmark from one process that imported the suite (asv.conf.json's
+``launch_method``) and Numba's threads must not be started there.
+``OPENBLAS_CORETYPE`` is read and recorded, never changed. ``bench_machine.Threads``
+puts all three in every results file.
 
 Two suites. Every class says which one it is in (``@suite("default")`` or
 ``@suite("long")``) and ``HARNESS_BENCH_SUITE`` chooses what asv sees: unset, the
@@ -85,13 +88,47 @@ def suite(name):
 
 
 def apply_threads():
-    """Set BLAS and Numba threads to THREADS; returns what the libraries now report."""
+    """Set BLAS and Numba threads to THREADS; returns what the libraries now report.
+    Call it in setup (or setup_cache), never at import: it starts Numba's threading layer."""
     machine.set_threads(THREADS)
     info = machine.describe()
     return info["blas_threads"], info["numba_threads"], info["OPENBLAS_CORETYPE"] or "(unset)"
 
 
-apply_threads()     # at import: asv forks each benchmark from a process that imported this
+def apply_blas_threads():
+    """Set BLAS threads to THREADS and leave Numba's threading layer unstarted; returns the
+    counts ``apply_threads`` sets, (BLAS, Numba, OPENBLAS_CORETYPE), without asking Numba.
+
+    asv forks every benchmark from a process that imported the suite. Where that process has
+    started Numba's threads (``numba.set_num_threads`` or ``get_num_threads`` do), every
+    parallel kernel in a forked one stops with "Terminating: fork() called from a process
+    already using GNU OpenMP" (Numba's omp layer). OpenBLAS stops its own threads at a fork."""
+    from threadpoolctl import threadpool_limits
+    import numba
+
+    threadpool_limits(limits=THREADS, user_api="blas")
+    return (machine.blas_threads(), min(THREADS, numba.config.NUMBA_NUM_THREADS),
+            os.environ.get("OPENBLAS_CORETYPE") or "(unset)")
+
+
+apply_blas_threads()    # at import; Numba's count in setup, in the process asv forks
+
+
+def build_numba_contexts():
+    """Build Numba's typing and target contexts now (~0.2 s), as its first compile or cache
+    load in a process otherwise does. asv's forkserver (asv.conf.json) imports this module once
+    and forks every benchmark from it, so each starts with them built; True where it worked
+    (a Numba without ``numba.core.registry`` leaves the first kernel to build them)."""
+    try:
+        from numba.core.registry import cpu_target
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+build_numba_contexts()
 
 # --------------------------------------------------------------------------- sizes
 

@@ -12,6 +12,7 @@ import math
 import numbers
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -182,6 +183,7 @@ def test_the_suite_imports_with_a_message_or_not_at_all(value):
     """What asv sees: a bad count stops the import with one line naming the variable; a large
     one imports with BLAS and Numba at the same, lowered count."""
     code = ("from benchmarks import common; from harness.infra import machine; "
+            "common.apply_threads(); "
             "i = machine.describe(); print(common.THREADS, i['blas_threads'], i['numba_threads'])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, HARNESS_BENCH_THREADS=value), timeout=300)
@@ -195,6 +197,72 @@ def test_the_suite_imports_with_a_message_or_not_at_all(value):
         threads, blas, numba_threads = r.stdout.split()
         assert threads == blas == numba_threads == str(numba.config.NUMBA_NUM_THREADS)
         assert "HARNESS_BENCH_THREADS=99" in r.stderr
+
+
+# What asv's forkserver does: import the suite once, then fork each benchmark from that process,
+# whose setup sets Numba's threads and may run a parallel kernel (the LRU's scans).
+_FORKED = r"""
+import os, sys
+import numpy as np
+from benchmarks import bench_analysers, bench_kernels, bench_machine, common
+from harness.kernels import lru
+if sys.argv[1] == "threads-in-parent":
+    common.apply_threads()
+pid = os.fork()
+if pid == 0:
+    common.apply_threads()
+    lam, B = lru.ring_init(8, 0.5, 0.9, 0.3, 0, d_in=4)
+    X = np.random.default_rng(0).standard_normal((64, 4))
+    ok = all(np.allclose(lru.forward(X, lam, B, method=m), lru.forward(X, lam, B))
+             for m in ("blelloch", "chunked"))
+    os._exit(0 if ok else 3)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+import numba
+common.apply_threads()                     # after the fork: only to name the layer
+print(code, numba.threading_layer())
+"""
+
+
+@pytest.mark.parametrize("parent", ["import-only", "threads-in-parent"])
+def test_a_process_forked_from_the_imported_suite_runs_parallel_kernels(parent):
+    """Importing the suite starts no Numba threads, so a forked benchmark runs the parallel
+    scans; the other side: a parent that started them (apply_threads at import, as the suite
+    did) has the forked one stopped by Numba's GNU OpenMP layer, by SIGTERM."""
+    r = subprocess.run([sys.executable, "-c", _FORKED, parent], capture_output=True, text=True,
+                       cwd=ROOT, env=dict(os.environ, HARNESS_BENCH_THREADS="2"), timeout=300)
+    assert r.returncode == 0, r.stderr
+    code, layer = r.stdout.split()
+    if parent == "import-only":
+        assert code == "0", r.stderr
+    elif layer != "omp":
+        pytest.skip(f"Numba's {layer} threading layer survives a fork")
+    else:
+        assert code == str(-signal.SIGTERM) and "Terminating: fork()" in r.stderr, r.stderr
+
+
+def test_asv_forks_every_benchmark_from_one_import():
+    """asv.conf.json's launch_method: the suite imported once, not once a benchmark process."""
+    config = pytest.importorskip("asv.config", reason="asv is not installed (pip install -e .[test])")
+    assert config.Config.load(str(ROOT / "asv.conf.json")).launch_method == "forkserver"
+
+
+def test_numbas_contexts_are_built_at_import():
+    from benchmarks import common
+    assert common.build_numba_contexts()
+
+
+def test_kernels_setup_again_keeps_its_inputs():
+    """asv calls setup before every sample; the second call for the same point reuses the
+    first's inputs (no forward and backward a sample), another point builds its own."""
+    from benchmarks import common
+    kernels = common.CLASSES["Kernels"][1]()
+    kernels.setup("rnn", "small")
+    X, out = kernels.X, kernels.out
+    kernels.setup("rnn", "small")
+    assert kernels.X is X and kernels.out is out
+    kernels.setup("rnn", "large")
+    T, d, batch, dtype = common.SIZES["large"]
+    assert kernels.X is not X and kernels.X.shape[-2:] == (T, d) and kernels.X.dtype == dtype
 
 
 def test_every_class_is_in_one_suite_and_only_its_suite_reaches_asv():
