@@ -74,6 +74,56 @@ def _check_float_dtype(name, x):
         )
 
 
+def sequence(X):
+    """The recurrences' input X, (T, d_in) or (B, T, d_in), checked as ``as_float_view`` does
+    (a strided X is copied later, once its bytes are counted): (X, dtype, batched, B, T, d_in)."""
+    dtype = common_dtype("X", X)
+    X = as_float_view("X", X, (2, 3))
+    batched = X.ndim == 3
+    T, d_in = X.shape[-2:]
+    return X, dtype, batched, (X.shape[0] if batched else 1), T, d_in
+
+
+def projections(Wq, Wk, Wv, d_model, dtype, axis):
+    """The attention projections checked against X's d_model on ``axis`` (0: (d_model, d_k),
+    applied as X W; 1: (d_k, d_model), applied as W x), Wk shaped as Wq: (Wq, Wk, Wv)."""
+    def check(name, W, width):
+        W = as_float_array(name, W, 2, dtype)
+        if W.shape[axis] != d_model:
+            want = f"({d_model}, {width})" if axis == 0 else f"({width}, {d_model})"
+            raise ValueError(f"{name} must have shape {want} to match X's d_model = {d_model}, "
+                             f"got {W.shape}.")
+        return W
+    Wq = check("Wq", Wq, "d_k")
+    Wk = as_float_array("Wk", Wk, 2, dtype)
+    check_shape("Wk", Wk, Wq.shape)
+    return Wq, Wk, check("Wv", Wv, "d_v")
+
+
+def initial_state(name, s, batched, B, d_h, dtype):
+    """A recurrence's h0 or c0 as (d_h,) unbatched or (B, d_h) batched; None means zeros, and
+    a (d_h,) state with a batch is shared by every sequence."""
+    if s is None:
+        return np.zeros((B, d_h) if batched else d_h, dtype=dtype)
+    s = as_float_array(name, s, (1, 2) if batched else 1, dtype)
+    if s.ndim == 1:
+        check_shape(name, s, (d_h,))
+        if batched:
+            s = np.ascontiguousarray(np.broadcast_to(s, (B, d_h)))
+    else:
+        check_shape(name, s, (B, d_h))
+    return s
+
+
+def bias(name, b, n, dtype):
+    """A bias of n values, checked; None means zeros."""
+    if b is None:
+        return np.zeros(n, dtype=dtype)
+    b = as_float_array(name, b, 1, dtype)
+    check_shape(name, b, (n,))
+    return b
+
+
 def distinct(x):
     """``x`` without the repeats of its zero-stride axes (a view of the values it holds)."""
     return x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)]

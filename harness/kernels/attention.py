@@ -303,16 +303,7 @@ def _check_self(X, Wq, Wk, Wv, scale, causal):
         raise ValueError("Wq, Wk and Wv must all be arrays or all be None (no projections); "
                          f"got {['array' if g else 'None' for g in given]}.")
     if all(given):
-        Wq = v.as_float_array("Wq", Wq, 2, dtype)
-        if Wq.shape[0] != d_model:
-            raise ValueError(f"Wq must have shape ({d_model}, d_k) to match X's d_model = {d_model}, "
-                             f"got {Wq.shape}.")
-        Wk = v.as_float_array("Wk", Wk, 2, dtype)
-        v.check_shape("Wk", Wk, Wq.shape)
-        Wv = v.as_float_array("Wv", Wv, 2, dtype)
-        if Wv.shape[0] != d_model:
-            raise ValueError(f"Wv must have shape ({d_model}, d_v) to match X's d_model = {d_model}, "
-                             f"got {Wv.shape}.")
+        Wq, Wk, Wv = v.projections(Wq, Wk, Wv, d_model, dtype, axis=0)
     _check_flag("scale", scale)
     _check_flag("causal", causal)
     return X, Wq, Wk, Wv

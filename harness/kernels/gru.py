@@ -285,11 +285,7 @@ class GRUGrads(NamedTuple):
 
 
 def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
-    dtype = v.common_dtype("X", X)
-    X = v.as_float_view("X", X, (2, 3))           # copied (if strided) once its bytes are counted
-    batched = X.ndim == 3
-    B = X.shape[0] if batched else 1
-    T, d_in = X.shape[-2:]
+    X, dtype, batched, B, T, d_in = v.sequence(X)
     W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
     d_h = W_hh.shape[1]
     if W_hh.shape[0] != 3 * d_h:
@@ -297,24 +293,8 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
                          f"torch.nn.GRU's weight_hh_l0), got {W_hh.shape}.")
     W_ih = v.as_float_array("W_ih", W_ih, 2, dtype)
     v.check_shape("W_ih", W_ih, (3 * d_h, d_in))
-    biases = []
-    for name, bias in (("b_ih", b_ih), ("b_hh", b_hh)):
-        if bias is None:
-            bias = np.zeros(3 * d_h, dtype=dtype)
-        else:
-            bias = v.as_float_array(name, bias, 1, dtype)
-            v.check_shape(name, bias, (3 * d_h,))
-        biases.append(bias)
-    if h0 is None:
-        h0 = np.zeros((B, d_h) if batched else d_h, dtype=dtype)
-    else:
-        h0 = v.as_float_array("h0", h0, (1, 2) if batched else 1, dtype)
-        if h0.ndim == 1:
-            v.check_shape("h0", h0, (d_h,))
-            if batched:                          # one h0 shared by every sequence
-                h0 = np.ascontiguousarray(np.broadcast_to(h0, (B, d_h)))
-        else:
-            v.check_shape("h0", h0, (B, d_h))
+    biases = [v.bias(name, bias, 3 * d_h, dtype) for name, bias in (("b_ih", b_ih), ("b_hh", b_hh))]
+    h0 = v.initial_state("h0", h0, batched, B, d_h, dtype)
     # H, the gates (3 d_h), W_hn h + b_hn, h_{t-1}, W_hh h_{t-1} (3 d_h) and dX, per step
     v.check_memory(B * T * (9 * d_h + d_in) * X.itemsize, "the GRU's state and gate buffers",
                    inputs=(("X", X),))

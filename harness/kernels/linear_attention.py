@@ -605,16 +605,7 @@ def _check(X, Wq, Wk, Wv, decay, gamma, w_a, b_a, normalize, method, chunk):
     dtype = v.common_dtype("X", X)
     X = v.as_float_view("X", X, (2, 3))           # copied (if strided) by _check_bytes, counted
     d_model = X.shape[-1]
-    Wq = v.as_float_array("Wq", Wq, 2, dtype)
-    if Wq.shape[1] != d_model:
-        raise ValueError(f"Wq must have shape (d_k, {d_model}) to match X's d_model = {d_model}, "
-                         f"got {Wq.shape}.")
-    Wk = v.as_float_array("Wk", Wk, 2, dtype)
-    v.check_shape("Wk", Wk, Wq.shape)
-    Wv = v.as_float_array("Wv", Wv, 2, dtype)
-    if Wv.shape[1] != d_model:
-        raise ValueError(f"Wv must have shape (d_v, {d_model}) to match X's d_model = {d_model}, "
-                         f"got {Wv.shape}.")
+    Wq, Wk, Wv = v.projections(Wq, Wk, Wv, d_model, dtype, axis=1)
     if decay == "constant":
         if gamma is None:
             raise ValueError("gamma is missing: decay='constant' needs gamma, a number in (0, 1].")

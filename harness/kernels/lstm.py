@@ -303,27 +303,8 @@ class LSTMGrads(NamedTuple):
     dc0: np.ndarray     # like c0, likewise
 
 
-def _initial_state(name, s, batched, B, d_h, dtype):
-    """h0 or c0 as (d_h,) unbatched or (B, d_h) batched; None means zeros, and a (d_h,) state
-    with a batch is shared by every sequence."""
-    if s is None:
-        return np.zeros((B, d_h) if batched else d_h, dtype=dtype)
-    s = v.as_float_array(name, s, (1, 2) if batched else 1, dtype)
-    if s.ndim == 1:
-        v.check_shape(name, s, (d_h,))
-        if batched:
-            s = np.ascontiguousarray(np.broadcast_to(s, (B, d_h)))
-    else:
-        v.check_shape(name, s, (B, d_h))
-    return s
-
-
 def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
-    dtype = v.common_dtype("X", X)
-    X = v.as_float_view("X", X, (2, 3))           # copied (if strided) once its bytes are counted
-    batched = X.ndim == 3
-    B = X.shape[0] if batched else 1
-    T, d_in = X.shape[-2:]
+    X, dtype, batched, B, T, d_in = v.sequence(X)
     W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
     d_h = W_hh.shape[1]
     if W_hh.shape[0] != 4 * d_h:
@@ -339,8 +320,8 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
             v.check_shape(name, bias, (4 * d_h,))
             b += bias
             babs += np.abs(bias)
-    h0 = _initial_state("h0", h0, batched, B, d_h, dtype)
-    c0 = _initial_state("c0", c0, batched, B, d_h, dtype)
+    h0 = v.initial_state("h0", h0, batched, B, d_h, dtype)
+    c0 = v.initial_state("c0", c0, batched, B, d_h, dtype)
     # H, C, the gates (4 d_h), [x_t | h_{t-1}] and dX, per step of every sequence
     v.check_memory(B * T * (7 * d_h + 2 * d_in) * X.itemsize, "the LSTM's state and gate buffers",
                    inputs=(("X", X),))

@@ -180,31 +180,14 @@ class RNNGrads(NamedTuple):
 
 def _check(X, W_xh, W_hh, b, h0, activation):
     v.check_choice("activation", activation, ACTIVATIONS)
-    dtype = v.common_dtype("X", X)
-    X = v.as_float_view("X", X, (2, 3))           # copied (if strided) once its bytes are counted
-    batched = X.ndim == 3
-    B = X.shape[0] if batched else 1
-    T, d_in = X.shape[-2:]
+    X, dtype, batched, B, T, d_in = v.sequence(X)
     W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
     d_h = W_hh.shape[0]
     v.check_shape("W_hh", W_hh, (d_h, d_h))
     W_xh = v.as_float_array("W_xh", W_xh, 2, dtype)
     v.check_shape("W_xh", W_xh, (d_h, d_in))
-    if b is None:
-        b = np.zeros(d_h, dtype=dtype)
-    else:
-        b = v.as_float_array("b", b, 1, dtype)
-        v.check_shape("b", b, (d_h,))
-    if h0 is None:
-        h0 = np.zeros((B, d_h) if batched else d_h, dtype=dtype)
-    else:
-        h0 = v.as_float_array("h0", h0, (1, 2) if batched else 1, dtype)
-        if h0.ndim == 1:
-            v.check_shape("h0", h0, (d_h,))
-            if batched:
-                h0 = np.ascontiguousarray(np.broadcast_to(h0, (B, d_h)))
-        else:
-            v.check_shape("h0", h0, (B, d_h))
+    b = v.bias("b", b, d_h, dtype)
+    h0 = v.initial_state("h0", h0, batched, B, d_h, dtype)
     v.check_memory(2 * T * B * (d_h + d_in) * X.itemsize, "the RNN's state and input buffers",
                    inputs=(("X", X),))
     return v.contiguous("X", X), W_xh, W_hh, b, h0, batched

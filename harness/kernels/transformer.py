@@ -68,22 +68,18 @@ DECODER_STAGES = (("self_attn", "norm1"), ("multihead_attn", "norm2"), ("linear"
 # scalar view). The softmax's exp is then as fast as NumPy's SIMD np.exp (measured: 262,144
 # float32 in 0.15 ms, both), twice vmath's.
 
-@intrinsic
-def _float32_from_bits(typingctx, bits):
-    sig = types.float32(types.int32)
+def _from_bits(float_type, int_type):
+    # the float whose bits are an int of its width, as one LLVM bitcast
+    @intrinsic
+    def from_bits(typingctx, bits):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(float_type))
+        return float_type(int_type), codegen
+    return from_bits
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float32))
-    return sig, codegen
 
-
-@intrinsic
-def _float64_from_bits(typingctx, bits):
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return sig, codegen
+_float32_from_bits = _from_bits(types.float32, types.int32)
+_float64_from_bits = _from_bits(types.float64, types.int64)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"}, inline="always")
@@ -204,6 +200,16 @@ def _key_norm_max(K):
 
 
 @njit(cache=True, error_model="numpy")
+def _row_block(P_g, off, i0, step, T_q, T_k, causal):
+    # rows [i0, i1) of one head's kept weights: (i1, bq, w, the (bq, w) block at P_g[off:]),
+    # w = i1 when causal (T_q = T_k), else all T_k columns
+    i1 = min(i0 + step, T_q)
+    bq = i1 - i0
+    w = i1 if causal else T_k
+    return i1, bq, w, P_g[off:off + bq * w].reshape(bq, w)
+
+
+@njit(cache=True, error_model="numpy")
 def _attend_forward(Q, K, V, scale, causal, rows, P_all, inv_l, O):
     # Q (G, T_q, d_k), K (G, T_k, d_k), V (G, T_k, d_v) -> O (G, T_q, d_v); G = B h heads.
     # Kept for the backward: P_all (G, _weights_size), the weights before normalisation,
@@ -220,10 +226,7 @@ def _attend_forward(Q, K, V, scale, causal, rows, P_all, inv_l, O):
         k_max = _key_norm_max(K[g]) * _bound_margin(Q)
         off = 0
         for i0 in range(0, T_q, step):
-            i1 = min(i0 + step, T_q)
-            bq = i1 - i0
-            w = i1 if causal else T_k
-            S = P_all[g, off:off + bq * w].reshape(bq, w)
+            i1, bq, w, S = _row_block(P_all[g], off, i0, step, T_q, T_k, causal)
             np.dot(Q[g, i0:i1], K[g, :w].T, S)               # the block's scores: one GEMM
             for r in range(bq):
                 row = S[r]
@@ -267,10 +270,7 @@ def _attend_backward(Q, K, V, P_all, inv_l, O, dO, scale, causal, rows, dQ, dK, 
             dV[g] = 0.0
         off = 0
         for i0 in range(0, T_q, step):
-            i1 = min(i0 + step, T_q)
-            bq = i1 - i0
-            w = i1 if causal else T_k
-            P = P_all[g, off:off + bq * w].reshape(bq, w)
+            i1, bq, w, P = _row_block(P_all[g], off, i0, step, T_q, T_k, causal)
             dS = dS_all[:bq * w].reshape(bq, w)
             dOs = dOs_all[:bq * d_v].reshape(bq, d_v)
             for r in range(bq):
