@@ -52,29 +52,42 @@ def test_a_change_is_flagged_only_when_its_interval_clears_the_floor(lo, hi, flo
     assert bench_gate.verdict((lo + hi) / 2, lo, hi, floor) == expected
 
 
-def test_the_floor_is_the_aa_pairs_widest_distance_from_one_and_never_under_min_change():
-    assert bench_gate.floor_of(1.01, 0.97, 1.08, 0.03) == pytest.approx(0.08)
-    assert bench_gate.floor_of(1.0, 0.99, 1.01, 0.03) == 0.03
-    assert bench_gate.floor_of(0.9, 0.85, 0.95, 0.0) == pytest.approx(0.15)
-    assert bench_gate.floor_of(1.0, math.nan, math.nan, 0.03) == 0.03
+def test_the_floor_is_the_aa_ratios_distance_from_one_and_never_under_min_change():
+    assert bench_gate.floor_of(1.08, 0.03) == pytest.approx(0.08)
+    assert bench_gate.floor_of(1.01, 0.03) == 0.03
+    assert bench_gate.floor_of(0.85, 0.0) == pytest.approx(0.15)
+    assert bench_gate.floor_of(math.nan, 0.03) == 0.03
 
 
-def test_the_paired_ratio_cancels_a_load_shared_by_a_round():
-    """Every round slowed by its own factor (up to 4x), head 20 % slower than base in each:
-    the ratio is 1.2 exactly, where the ratio of the medians would not be."""
-    load = np.random.default_rng(0).uniform(1.0, 4.0, size=15)
-    base = 0.010 * load
-    head = 0.012 * load
-    ratio, lo, hi = bench_gate.paired_ratio(head, base)
-    assert ratio == pytest.approx(1.2) and lo == pytest.approx(1.2) and hi == pytest.approx(1.2)
-    noisy = head * np.random.default_rng(1).uniform(0.98, 1.02, size=15)
-    ratio, lo, hi = bench_gate.paired_ratio(noisy, base)
-    assert lo < ratio < hi and 1.17 < lo and hi < 1.23
+def test_the_aa_ratio_is_one_half_of_the_base_processes_over_the_other():
+    base = np.array([[1.0, 1.1, 0.9], [1.0, 1.0, 1.0], [2.0, 2.0, 9.0], [2.0, 1.9, 2.1]])
+    assert bench_gate.aa_ratio(base) == pytest.approx(2.0)       # medians 1, 1 | 2, 2
 
 
-def test_the_paired_ratio_wants_the_same_rounds():
-    with pytest.raises(ValueError, match="head and base must hold the same rounds"):
-        bench_gate.paired_ratio(np.ones(5), np.ones(4))
+def test_processes_are_the_units_of_the_interval():
+    """Rounds only make a process's median precise: a process's own speed, kept over all its
+    rounds, widens the interval; the same numbers spread over rounds alone do not."""
+    from scipy import stats as sps
+    rng = np.random.default_rng(0)
+    base = np.exp(rng.normal(0, 0.01, (4, 5)))
+    own = np.array([0.9, 1.0, 1.05, 1.12])[:, None]           # each process's own speed
+    ratio, lo, hi = bench_gate.process_ratio(1.2 * base * own, base)
+    lh = np.log(np.median(1.2 * base * own, axis=1))
+    lb = np.log(np.median(base, axis=1))
+    welch = sps.ttest_ind(lh, lb, equal_var=False).confidence_interval(0.95)
+    assert ratio == pytest.approx(np.exp(lh.mean() - lb.mean()))
+    assert (lo, hi) == pytest.approx((np.exp(welch.low), np.exp(welch.high)))
+    assert lo < 1.2 < hi and hi / lo > 1.1
+    # a load that slows one round of every process cancels in the medians
+    slow = base.copy()
+    slow[:, 2] *= 3
+    assert bench_gate.process_ratio(slow, base)[0] == pytest.approx(1.0, abs=0.02)
+
+
+def test_the_process_ratio_wants_two_processes_each():
+    with pytest.raises(ValueError, match="at least 2 processes"):
+        bench_gate.process_ratio(np.ones((1, 5)), np.ones((4, 5)))
+    assert bench_gate.process_ratio(np.ones((2, 3)), np.ones((2, 3))) == (1.0, 1.0, 1.0)
 
 
 def test_tracked_numbers_must_be_equal_to_the_last_bit():
@@ -154,10 +167,12 @@ def test_export_writes_the_commits_tree(repo, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     ([], "--base is required"),
-    (["--base", "HEAD", "--rounds", "2"], "--rounds must be at least 3"),
+    (["--base", "HEAD", "--rounds", "0"], "--rounds must be a positive whole number"),
+    (["--base", "HEAD", "--processes", "1"], "--processes must be at least 2"),
     (["--base", "HEAD", "--min-sample-s", "0"], "--min-sample-s must be a positive number"),
     (["--base", "HEAD", "--bench", "("], "--bench must be a regular expression"),
     (["--base", "HEAD", "--min-change", "1.5"], "--min-change must be a fraction in [0, 1)"),
+    (["--base", "HEAD", "--placements", "0"], "--placements must be a positive whole number"),
 ])
 def test_bad_arguments_say_what_was_expected(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -180,22 +195,48 @@ def test_the_gate_times_every_family_at_both_sizes_and_tracks_only_deterministic
 
 
 def test_one_run_of_the_workers_reports_every_asked_point(tmp_path):
-    """Three workers on this checkout, one cheap timed point and one track, three rounds."""
+    """Two workers for each of base and head on this checkout, one cheap timed point and one
+    track, two rounds."""
     with open(tmp_path / "log", "w") as log:
-        report = bench_gate.run({"base": ROOT, "base2": ROOT, "head": ROOT}, rounds=3,
-                                min_sample_s=0.001, say=lambda *_: None, log=log,
+        report = bench_gate.run({"base": ROOT, "head": ROOT}, rounds=2, processes=2,
+                                placements=2, min_sample_s=0.001, say=lambda *_: None, log=log,
                                 bench=r"^Kernels\.time_forward\(rnn, small\)$|"
                                       r"^AttentionDecayRate\.track_fitted_rate\(\)$")
     (p,) = report["points"]
     assert p["id"] == "Kernels.time_forward(rnn, small)" and p["label"] == "head"
     assert p["lo"] <= p["ratio"] <= p["hi"] and p["floor"] >= bench_gate.MIN_CHANGE
+    assert p["floor"] == bench_gate.floor_of(p["aa_ratio"])
     assert p["verdict"] in {"same", "slower", "faster"}
-    assert {k: len(v) for k, v in p["samples"].items()} == {"base": 3, "base2": 3, "head": 3}
+    assert {k: np.shape(v) for k, v in p["samples"].items()} == {"base": (2, 2), "head": (2, 2)}
+    assert p["calls_per_sample"] % 2 == 0
+    assert (report["processes"], report["placements"], report["rounds"]) == (2, 2, 2)
     (track,) = report["tracks"].values()
     assert list(report["tracks"]) == ["AttentionDecayRate.track_fitted_rate()"]
     assert track["base"] == track["head"] and track["verdict"] == "same"
     assert math.isfinite(float(track["base"]))
-    assert len(report["load"]) == 4                              # the start and each round
+    assert len(report["load"]) == 3                              # the start and each round
+
+
+def test_each_copy_of_a_timed_point_has_its_own_arrays_at_other_addresses():
+    from benchmarks import bench_kernels
+    spacers = []
+    copies = bench_gate.set_up_copies(bench_kernels.Kernels, ("rnn", "small"), 3,
+                                      np.random.default_rng(1), spacers)
+    assert len(copies) == 3 and len(spacers) == 3
+    addresses = {c.X.ctypes.data for c in copies}
+    assert len(addresses) == 3
+    for c in copies[1:]:                                    # the same inputs, elsewhere
+        np.testing.assert_array_equal(c.X, copies[0].X)
+        assert not np.shares_memory(c.X, copies[0].X)
+
+
+@pytest.mark.parametrize("once, min_s, copies, expected", [
+    (0.01, 0.05, 1, 5), (0.01, 0.05, 4, 8), (0.01, 0.001, 4, 4), (1.0, 0.05, 3, 3),
+    (0.0, 0.05, 2, 50_000_000)])
+def test_a_sample_lasts_min_sample_s_and_cycles_whole_passes_over_the_copies(
+        once, min_s, copies, expected):
+    n = bench_gate.calls_per_sample(once, min_s, copies)
+    assert n == expected and n % copies == 0
 
 
 def test_every_worker_is_pinned_to_one_cpu_this_process_may_use():

@@ -4,25 +4,25 @@
 tree (HEAD, with any uncommitted change) against ``<rev>``, both through this checkout's asv
 suite (``benchmarks/``), as asv would run them, but in one run of a few minutes:
 
-1. ``<rev>`` is exported (``git archive``) twice, to two folders under /tmp. Three worker
-   processes start, each importing the ``harness`` of one tree: ``base`` (``<rev>``),
-   ``base2`` (``<rev>``'s second copy, compiled on its own: the A/A pair) and ``head``
-   (this checkout). Each sets up every point
-   of the default suite's ``Kernels`` (every family, forward and backward, small and large)
-   and keeps it, compiled and with its inputs, for the whole run.
-2. ``rounds`` rounds follow. In each, every point is timed once by every worker, the points
-   and the workers in an order shuffled from a fixed seed, one worker at a time, every
-   worker pinned to the same CPU; a sample is the mean CPU time of enough calls to last
-   ``min_sample_s`` (``CLOCK``: other processes' load does not lengthen it). A load that comes and goes hits
-   the three samples of a point within milliseconds of each other, so the ratio of a
-   round's samples cancels it.
-3. Each point's change is the median over rounds of head / base within the round (the
-   paired ratio: load shared by a round cancels in it) with its 95 % bootstrap interval
-   (``harness.infra.stats.bootstrap_interval``), beside the A/A floor of the same point in
-   the same run: the larger distance from 1 of base2 / base's ratio and interval
-   (``timing.noise_floor``'s definition), and never under ``MIN_CHANGE``. A point is
-   flagged slower only when its whole interval lies above 1 + that floor (faster: below
-   1 - floor; reported, not failed).
+1. ``<rev>`` is exported (``git archive``) to a folder under /tmp. ``PROCESSES`` worker
+   processes start for each tree, ``base`` (``<rev>``) and ``head`` (this checkout), each
+   importing its tree's ``harness``. Each sets up every point of the default suite's
+   ``Kernels`` (every family, forward and backward, small and large) ``PLACEMENTS`` times,
+   each copy's arrays at other addresses, and keeps them, compiled, for the whole run.
+2. ``rounds`` rounds follow. In each, every point is timed once by every process, the points
+   and the processes in an order shuffled from a fixed seed, one at a time, every process
+   pinned to the same CPU; a sample is the mean CPU time (``CLOCK``: other processes' load
+   does not lengthen it) of enough calls, cycling through the copies, to last
+   ``min_sample_s``.
+3. A process keeps a speed of its own for a whole run (where its arrays and code lie: two
+   processes of one commit ran the RNN's large forward up to 20 % apart, all run long), so
+   the processes are the units: each process's median over its rounds is one draw, a
+   point's change is head's geometric mean over base's, and its 95 % interval is Welch's t
+   on their logarithms (``process_ratio``). Beside it, the A/A ratio of the same run and
+   point: base's processes in two halves, one over the other (``aa_ratio``). The floor is
+   its distance from 1, never under ``MIN_CHANGE`` (3 %). A point is flagged slower only
+   when its whole interval lies above 1 + floor (faster: below 1 - floor; reported, not
+   failed).
 4. The default suite's deterministic ``track_`` numbers (``common.Tracked``: multiplications,
    spans, fitted decay rates) are computed by ``base`` and ``head`` and must be equal to the
    last bit; any difference is flagged.
@@ -53,14 +53,19 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]        # the checkout whose suite is run
 
-ROUNDS = 15             # interleaved rounds; the interval needs at least 3 (stats.MIN_ROUNDS)
-MIN_SAMPLE_S = 0.05     # one sample: calls enough to last this long
-# The floor is never below 10 %: under it, no change is claimed. In A/A runs on the shared
-# two-core machine, copies of one commit, each compiled and run in its own process, differed
-# by 5-16 % on a few kernels now and then (the RNN's and LSTM's), more than a second A/A
-# pair in the same run always showed (at 3 %, 3 of 24 points flagged in one of 3 A/A runs).
-MIN_CHANGE = 0.10
+PROCESSES = 4           # worker processes per tree: the units of the interval (see process_ratio)
+ROUNDS = 5              # every process times every point once a round
+MIN_SAMPLE_S = 0.03     # one sample: calls enough to last this long
+# No change under 3 % is claimed, whatever the interval says.
+MIN_CHANGE = 0.03
 SEED = 0                # the orders of points and workers in each round
+# Each worker sets a timed point up this many times, each copy's arrays at other addresses
+# (a spacer of a random size allocated before each), and a sample cycles through the copies.
+# Where its arrays lie moves a kernel's time: in one process, eight copies of the RNN's large
+# forward ran from 0.85 to 1.06 of their median, and two processes of one commit, each with
+# one copy, differed by up to 20 % for a whole run. Averaged over copies, a sample measures the
+# kernel, not one placement of its inputs.
+PLACEMENTS = 4
 TRAILER = "Bench-Accept"
 # What a sample measures. "cpu": the worker's CPU seconds (time.process_time, every thread of
 # it), which a shared machine's other processes do not lengthen: time spent waiting for a
@@ -180,12 +185,16 @@ def suite_points(common, timed=TIMED_CLASSES):
     return out
 
 
-def worker(tree, suite_root, cpu=None):
+def worker(tree, suite_root, cpu=None, placements=1):
     """Serve one tree's points over stdin/stdout, one JSON object a line each way, on the
     one CPU ``cpu`` when given (every worker on the same one: see ``gate_cpu``)."""
     proto, sys.stdout = sys.stdout, sys.stderr          # anything the harness prints: stderr
-    if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
+    pinned = [False]
+
+    def pin():          # from the first timing on: the set-up runs on every CPU
+        if cpu is not None and not pinned[0]:
+            os.sched_setaffinity(0, {cpu})
+            pinned[0] = True
     sys.path.insert(0, str(tree))
     import harness
     where = pathlib.Path(harness.__file__).resolve()
@@ -194,7 +203,10 @@ def worker(tree, suite_root, cpu=None):
     common = _load_suite(suite_root)
     points = {pid: (kind, cls, method, combo)
               for pid, kind, cls, method, combo in suite_points(common)}
-    instances = {}                          # (class, params) -> (set-up instance, its args)
+    import numpy as np
+    rng = np.random.default_rng()           # the spacers' sizes: each process its own
+    spacers = []
+    instances = {}                          # (class, params) -> ([set-up copies], their args)
     caches = {}                             # class -> its setup_cache's value, made once
 
     def answer(obj):
@@ -202,9 +214,10 @@ def worker(tree, suite_root, cpu=None):
         proto.flush()
 
     def bound(pid):
+        """[the method of each copy], its arguments"""
         kind, cls, method, combo = points[pid]
-        inst, args = instances[(cls.__name__, combo)]
-        return getattr(inst, method), args
+        copies, args = instances[(cls.__name__, combo)]
+        return [getattr(inst, method) for inst in copies], args
 
     answer({"ready": True, "harness": str(where.parent)})
     for line in sys.stdin:
@@ -226,10 +239,8 @@ def worker(tree, suite_root, cpu=None):
                                 if cls.__name__ not in caches:
                                     caches[cls.__name__] = cls().setup_cache()
                                 args = (caches[cls.__name__],) + combo
-                            inst = cls()
-                            if hasattr(inst, "setup"):
-                                inst.setup(*args)
-                            instances[key] = (inst, args)
+                            n = 1 if getattr(cls, "deterministic", False) else placements
+                            instances[key] = (set_up_copies(cls, args, n, rng, spacers), args)
                         except NotImplementedError as e:     # asv's "skipped"
                             instances[key] = e
                     got = instances[key]
@@ -237,22 +248,27 @@ def worker(tree, suite_root, cpu=None):
                                    else "ok")
                 answer({"status": status})
             elif op == "track":
-                fn, args = bound(req["id"])
-                answer({"value": repr(float(fn(*args)))})
+                fns, args = bound(req["id"])
+                answer({"value": repr(float(fns[0](*args)))})
             elif op == "calibrate":
-                fn, args = bound(req["id"])
-                fn(*args)
+                pin()
+                fns, args = bound(req["id"])
+                for fn in fns:
+                    fn(*args)
                 t0 = time.perf_counter()
-                fn(*args)
-                once = time.perf_counter() - t0
-                answer({"n": max(1, math.ceil(req["min_sample_s"] / max(once, 1e-9)))})
+                for fn in fns:
+                    fn(*args)
+                once = (time.perf_counter() - t0) / len(fns)
+                answer({"n": calls_per_sample(once, req["min_sample_s"], len(fns))})
             elif op == "time":
-                fn, args = bound(req["id"])
+                pin()
+                fns, args = bound(req["id"])
                 n = req["n"]
                 clock = CLOCKS[req.get("clock", CLOCK)]
+                cycle = [fns[i % len(fns)] for i in range(n)]
                 gc.disable()                            # as timeit: no collection mid-sample
                 t0 = clock()
-                for _ in range(n):
+                for fn in cycle:
                     fn(*args)
                 seconds = (clock() - t0) / n
                 gc.enable()
@@ -264,6 +280,28 @@ def worker(tree, suite_root, cpu=None):
                 answer({"error": f"unknown op {op!r}"})
         except Exception as e:                          # reported, and the driver decides
             answer({"error": f"{type(e).__name__}: {e}"})
+
+
+def set_up_copies(cls, args, placements, rng, spacers):
+    """``placements`` instances of the benchmark class ``cls``, each set up with ``args``, a
+    spacer of a random size (appended to ``spacers``, to be kept) allocated before each, so
+    that each copy's arrays lie at other addresses."""
+    import numpy as np
+    copies = []
+    for _ in range(placements):
+        spacers.append(np.empty(int(rng.integers(1, 8192)), np.uint8))
+        inst = cls()
+        if hasattr(inst, "setup"):
+            inst.setup(*args)
+        copies.append(inst)
+    return copies
+
+
+def calls_per_sample(once, min_sample_s, copies):
+    """Calls in one sample: enough to last ``min_sample_s`` at ``once`` seconds a call, and a
+    whole number of passes over the ``copies`` (each copy as often as every other)."""
+    n = max(1, math.ceil(min_sample_s / max(once, 1e-9)))
+    return copies * math.ceil(n / copies)
 
 
 def gate_cpu():
@@ -279,14 +317,14 @@ def gate_cpu():
 class Worker:
     """One worker process: the harness of ``tree`` behind the suite of ``suite_root``."""
 
-    def __init__(self, label, tree, suite_root=ROOT, log=None, cpu=None):
+    def __init__(self, label, tree, suite_root=ROOT, log=None, cpu=None, placements=PLACEMENTS):
         self.label, self.tree = label, pathlib.Path(tree)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("PYTHONPATH", None)
         pin = [] if cpu is None else ["--cpu", str(cpu)]
         self.proc = subprocess.Popen(
             [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", str(tree),
-             "--suite-root", str(suite_root), *pin],
+             "--suite-root", str(suite_root), "--placements", str(placements), *pin],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log or subprocess.DEVNULL,
             text=True, env=env, cwd=str(tree))
         self.harness = self._read()["harness"]
@@ -298,13 +336,20 @@ class Worker:
                             f"(status {self.proc.wait()}); its stderr is in the gate's log")
         return json.loads(line)
 
-    def ask(self, **req):
+    def send(self, **req):
+        self._last = req
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
+
+    def receive(self):
         out = self._read()
         if "error" in out:
-            raise GateError(f"the {self.label} worker failed on {req}: {out['error']}")
+            raise GateError(f"the {self.label} worker failed on {self._last}: {out['error']}")
         return out
+
+    def ask(self, **req):
+        self.send(**req)
+        return self.receive()
 
     def close(self):
         if self.proc.poll() is None:
@@ -332,26 +377,53 @@ def verdict(ratio, lo, hi, floor, accepted=False):
     return "same"
 
 
-def paired_ratio(head, base, seed=SEED):
-    """(ratio, low, high): the median over rounds of head[r] / base[r], and its 95 % bootstrap
-    interval from resampling the rounds; NaN bounds under 3 rounds."""
+def process_medians(samples):
+    """Each process's median over its rounds: ``samples`` is (processes, rounds) seconds."""
     import numpy as np
+    samples = np.asarray(samples, dtype=float)
+    if samples.ndim != 2 or samples.shape[0] < 2:
+        raise ValueError(f"samples must be (processes, rounds) with at least 2 processes, "
+                         f"got shape {samples.shape}.")
+    return np.median(samples, axis=1)
+
+
+def process_ratio(head, base, confidence=None):
+    """(ratio, low, high): head's time over base's, and its Welch t interval, the processes the
+    units. ``head``, ``base``: (processes, rounds) seconds.
+
+    A process keeps a speed of its own for a whole run (where its arrays and its code lie:
+    two processes of one commit ran a kernel up to 20 % apart), so rounds in one process are
+    not independent draws of the commit's speed; processes are. Each process's median over
+    its rounds is one draw, the ratio is that of the geometric means of head's and base's
+    draws, and the interval is Welch's on their logarithms."""
+    import numpy as np
+    from scipy import stats as sps
+
     from harness.infra import stats
+    lh, lb = np.log(process_medians(head)), np.log(process_medians(base))
+    d = lh.mean() - lb.mean()
+    vh, vb = lh.var(ddof=1) / lh.size, lb.var(ddof=1) / lb.size
+    se = math.sqrt(vh + vb)
+    if se == 0:
+        return math.exp(d), math.exp(d), math.exp(d)
+    df = (vh + vb) ** 2 / (vh ** 2 / (lh.size - 1) + vb ** 2 / (lb.size - 1))
+    t = sps.t.ppf(0.5 + (confidence or stats.CONFIDENCE) / 2, df)
+    return math.exp(d), math.exp(d - t * se), math.exp(d + t * se)
 
-    head, base = np.asarray(head, dtype=float), np.asarray(base, dtype=float)
-    if head.shape != base.shape or head.ndim != 1:
-        raise ValueError(f"head and base must hold the same rounds, got {head.shape} "
-                         f"and {base.shape}.")
-    r = np.log(head / base)
-    lo, hi = stats.bootstrap_interval(lambda x: np.median(x, axis=1), r, seed=seed)
-    return float(np.exp(np.median(r))), float(np.exp(lo)), float(np.exp(hi))
+
+def aa_ratio(base):
+    """The A/A ratio of the same run: the base's processes in two halves (the first half and
+    the rest, by start order), the geometric mean of one half's medians over the other's:
+    how far apart two groups of processes of one commit came out."""
+    import numpy as np
+    lb = np.log(process_medians(base))
+    half = lb.size // 2
+    return math.exp(lb[half:].mean() - lb[:half].mean())
 
 
-def floor_of(aa_ratio, aa_lo, aa_hi, min_change=MIN_CHANGE):
-    """The A/A floor: the larger distance from 1 of base2 / base's ratio and its interval
-    (``timing.noise_floor``'s definition), at least ``min_change``."""
-    spread = [abs(v - 1.0) for v in (aa_ratio, aa_lo, aa_hi) if not math.isnan(v)]
-    return max([min_change] + spread)
+def floor_of(aa, min_change=MIN_CHANGE):
+    """The A/A floor: the A/A ratio's distance from 1, at least ``min_change``."""
+    return max(min_change, abs(aa - 1.0)) if not math.isnan(aa) else min_change
 
 
 def compare_tracks(base_values, head_values):
@@ -369,27 +441,31 @@ def compare_tracks(base_values, head_values):
 
 
 def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, log=None,
-        min_change=MIN_CHANGE, say=print, clock=CLOCK):
-    """Time and compare. ``trees``: {label: folder} with ``base`` and ``base2`` (the same
-    commit) and one or more others, each compared with ``base``. ``only``: {label: regex}
+        min_change=MIN_CHANGE, say=print, clock=CLOCK, placements=PLACEMENTS,
+        processes=PROCESSES):
+    """Time and compare. ``trees``: {label: folder} with ``base`` and one or more others, each
+    compared with ``base``; every label gets ``processes`` workers. ``only``: {label: regex}
     to time a label on the matching points alone (the error-rate experiments).
 
     Returns the report: {"points": [...], "tracks": {...}, "load": [...], "seconds": ...}.
     """
     import numpy as np
 
+    if processes < 2:
+        raise GateError(f"processes must be at least 2 (an interval needs two), got {processes}")
     t_start = time.perf_counter()
     load = [os.getloadavg()]
-    # the head's suite picks the points
-    order = ["base", "base2"] + [k for k in trees if k not in ("base", "base2")]
-    workers = {}
+    order = ["base"] + [k for k in trees if k != "base"]
+    workers = {}                                        # (label, process) -> Worker
     cpu = gate_cpu()
     try:
         for label in order:
-            say(f"  starting {label} ({trees[label]}) on CPU {cpu}")
-            workers[label] = Worker(label, trees[label], log=log, cpu=cpu)
+            say(f"  starting {processes} workers of {label} ({trees[label]}), timing on CPU {cpu}")
+            for k in range(processes):
+                workers[(label, k)] = Worker(f"{label}#{k}", trees[label], log=log, cpu=cpu,
+                                             placements=placements)
         sys.path.insert(0, str(ROOT))
-        common = _load_suite(ROOT)
+        common = _load_suite(ROOT)                      # the head's suite picks the points
         all_points = suite_points(common)
         if bench is not None:
             all_points = [p for p in all_points if re.search(bench, p[0])]
@@ -397,35 +473,42 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
         tracked = [p[0] for p in all_points if p[1] == "track"]
         wants = {label: [p for p in timed if label not in (only or {})
                          or re.search(only[label], p)] for label in order}
+        t0 = time.perf_counter()
         status = {}
-        for label in order:
-            t0 = time.perf_counter()
-            pts = wants[label] + (tracked if label in ("base", "head") else [])
-            status[label] = workers[label].ask(op="setup", points=pts)["status"]
-            say(f"  {label}: {len(pts)} points set up in {time.perf_counter() - t0:.0f} s")
+        # set up side by side, on every CPU: first one worker of each tree, which compiles
+        # what its tree's Numba cache lacks, then the others, which load it from there
+        for first in (True, False):
+            batch = {(label, k): w for (label, k), w in workers.items() if (k == 0) == first}
+            for (label, k), w in batch.items():
+                w.send(op="setup", points=wants[label] + (tracked if k == 0 else []))
+            status.update({key: w.receive()["status"] for key, w in batch.items()})
+        say(f"  {len(workers)} workers set up in {time.perf_counter() - t0:.0f} s")
 
-        # tracks: exactly equal
-        values = {label: {pid: workers[label].ask(op="track", id=pid)["value"]
-                          for pid in tracked if status[label].get(pid) == "ok"}
-                  for label in ("base", "head") if label in workers}
+        # tracks: exactly equal, from the first worker of base and of head
+        values = {label: {pid: workers[(label, 0)].ask(op="track", id=pid)["value"]
+                          for pid in tracked if status[(label, 0)].get(pid) == "ok"}
+                  for label in ("base", "head") if (label, 0) in workers}
         tracks = compare_tracks(values.get("base", {}), values.get("head", {}))
 
-        # timed points: set up everywhere they are wanted, or reported as skipped
-        runnable = [pid for pid in timed
-                    if status["base"].get(pid) == "ok" and status["base2"].get(pid) == "ok"]
-        numbers = {pid: workers["base"].ask(op="calibrate", id=pid,
-                                            min_sample_s=min_sample_s)["n"] for pid in runnable}
-        samples = {(label, pid): np.empty(rounds) for label in order for pid in runnable
-                   if pid in wants[label] and status[label].get(pid) == "ok"}
+        def ready(label, pid):
+            return all(status[(label, k)].get(pid) == "ok" for k in range(processes))
+
+        runnable = [pid for pid in timed if ready("base", pid)]
+        numbers = {pid: workers[("base", 0)].ask(op="calibrate", id=pid,
+                                                 min_sample_s=min_sample_s)["n"]
+                   for pid in runnable}
+        samples = {(label, pid): np.empty((processes, rounds)) for label in order
+                   for pid in runnable if pid in wants[label] and ready(label, pid)}
         rng = np.random.default_rng(SEED)
         for r in range(rounds):
             for i in rng.permutation(len(runnable)):
                 pid = runnable[i]
-                labels = [lab for lab in order if (lab, pid) in samples]
-                for j in rng.permutation(len(labels)):
-                    lab = labels[j]
-                    samples[(lab, pid)][r] = workers[lab].ask(op="time", id=pid, n=numbers[pid],
-                                                              clock=clock)["seconds"]
+                keys = [(lab, k) for lab in order if (lab, pid) in samples
+                        for k in range(processes)]
+                for j in rng.permutation(len(keys)):
+                    lab, k = keys[j]
+                    samples[(lab, pid)][k, r] = workers[(lab, k)].ask(
+                        op="time", id=pid, n=numbers[pid], clock=clock)["seconds"]
             load.append(os.getloadavg())
             say(f"  round {r + 1}/{rounds} done, {time.perf_counter() - t_start:.0f} s")
     finally:
@@ -435,31 +518,33 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
     points = []
     for pid in timed:
         if pid not in runnable:
-            points.append({"id": pid, "verdict": "skipped",
-                           "why": status["base"].get(pid) or status["base2"].get(pid)})
+            why = next((status[(label, k)].get(pid) for label, k in workers
+                        if label == "base" and status[(label, k)].get(pid) != "ok"), None)
+            points.append({"id": pid, "verdict": "skipped", "why": why})
             continue
         a = samples[("base", pid)]
-        aa, aa_lo, aa_hi = paired_ratio(samples[("base2", pid)], a)
-        floor = floor_of(aa, aa_lo, aa_hi, min_change)
-        for label in order[2:]:
+        aa = aa_ratio(a)
+        floor = floor_of(aa, min_change)
+        for label in order[1:]:
             if (label, pid) not in samples:
                 if pid in wants[label]:
                     points.append({"id": pid, "label": label, "verdict": "skipped",
-                                   "why": status[label].get(pid)})
+                                   "why": next((status[(label, k)].get(pid)
+                                                for k in range(processes)
+                                                if status[(label, k)].get(pid) != "ok"), None)})
                 continue
             b = samples[(label, pid)]
-            ratio, lo, hi = paired_ratio(b, a)
+            ratio, lo, hi = process_ratio(b, a)
             points.append({"id": pid, "label": label, "calls_per_sample": numbers[pid],
                            "base_s": float(np.median(a)), "head_s": float(np.median(b)),
-                           "ratio": ratio, "lo": lo, "hi": hi,
-                           "aa_ratio": aa, "aa_lo": aa_lo, "aa_hi": aa_hi, "floor": floor,
+                           "ratio": ratio, "lo": lo, "hi": hi, "aa_ratio": aa, "floor": floor,
                            "verdict": verdict(ratio, lo, hi, floor),
-                           "samples": {"base": a.tolist(), "base2": samples[("base2", pid)].tolist(),
-                                       label: b.tolist()}})
+                           "samples": {"base": a.tolist(), label: b.tolist()}})
     return {"points": points,
             "tracks": {pid: {"base": b, "head": h, "verdict": v}
                        for pid, (b, h, v) in tracks.items()},
             "load": load, "cpu": cpu, "clock": clock, "rounds": rounds, "min_sample_s": min_sample_s,
+            "placements": placements, "processes": processes,
             "min_change": min_change, "seconds": time.perf_counter() - t_start}
 
 
@@ -483,14 +568,14 @@ def flagged(report):
 def render(report):
     """The gate's table: one line per timed point and per track that is not unchanged."""
     lines = [f"{'point':<44} {'base ms':>9} {'head ms':>9} {'head/base [95 % interval]':>27} "
-             f"{'A/A floor':>9}  verdict"]
+             f"{'A/A':>6} {'floor':>7}  verdict"]
     for p in report["points"]:
         if "ratio" not in p:
-            lines.append(f"{p['id']:<44} {'':>9} {'':>9} {'':>27} {'':>9}  {p['verdict']}")
+            lines.append(f"{p['id']:<44} {'':>9} {'':>9} {'':>27} {'':>6} {'':>7}  {p['verdict']}")
             continue
         lines.append(f"{p['id']:<44} {1e3 * p['base_s']:9.3f} {1e3 * p['head_s']:9.3f} "
                      f"{p['ratio']:9.3f} [{p['lo']:.3f}, {p['hi']:.3f}]   "
-                     f"{100 * p['floor']:7.1f} %  {p['verdict']}")
+                     f"{p['aa_ratio']:6.3f} {100 * p['floor']:5.1f} %  {p['verdict']}")
     n_same = sum(t["verdict"] == "same" for t in report["tracks"].values())
     lines.append(f"track_ numbers: {n_same} of {len(report['tracks'])} exactly equal")
     for pid, t in report["tracks"].items():
@@ -514,14 +599,23 @@ def parse_args(argv):
     ap.add_argument("--json", default=None, help="write the whole report here")
     ap.add_argument("--min-change", type=float, default=MIN_CHANGE,
                     help=f"the smallest floor, a fraction (default {MIN_CHANGE})")
+    ap.add_argument("--processes", type=int, default=PROCESSES,
+                    help=f"worker processes per commit (default {PROCESSES})")
+    ap.add_argument("--placements", type=int, default=PLACEMENTS,
+                    help=f"copies of each timed point's inputs a sample cycles through "
+                         f"(default {PLACEMENTS})")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--suite-root", default=str(ROOT), help=argparse.SUPPRESS)
     ap.add_argument("--cpu", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is None and args.base is None:
         ap.error("--base is required (make bench-gate BASE=<rev>)")
-    if args.rounds < 3:
-        ap.error(f"--rounds must be at least 3 (an interval needs 3 rounds), got {args.rounds}")
+    if args.rounds < 1:
+        ap.error(f"--rounds must be a positive whole number, got {args.rounds}")
+    if args.processes < 2:
+        ap.error(f"--processes must be at least 2 (an interval needs two), got {args.processes}")
+    if args.placements < 1:
+        ap.error(f"--placements must be a positive whole number, got {args.placements}")
     if not 0 <= args.min_change < 1:
         ap.error(f"--min-change must be a fraction in [0, 1), got {args.min_change}")
     if not args.min_sample_s > 0:
@@ -537,7 +631,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.worker is not None:
-        return worker(args.worker, args.suite_root, args.cpu)
+        return worker(args.worker, args.suite_root, args.cpu, args.placements)
     try:
         if args.base == "HEAD~1" and args.head is None and not has_parent("HEAD"):
             print("bench-gate: HEAD is the first commit; there is no commit before it to "
@@ -547,19 +641,17 @@ def main(argv=None):
         head = resolve(args.head, "--head") if args.head is not None else None
         patterns = accepted_patterns(head or "HEAD")
         with tempfile.TemporaryDirectory(prefix="bench-gate-") as tmp:
-            # base2 is its own export, compiled apart: a tree compiled on its own can run a
-            # kernel a few per cent faster or slower than another copy of the same source,
-            # and the A/A floor must hold that difference too, not only the rounds' noise
             trees = {"base": export(base, _mkdir(tmp, "base")),
-                     "base2": export(base, _mkdir(tmp, "base2"))}
-            trees["head"] = (export(head, _mkdir(tmp, "head")) if head else ROOT)
+                     "head": export(head, _mkdir(tmp, "head")) if head else ROOT}
             print(f"bench-gate: {trees['head'] if head is None else head[:12]} (head) against "
-                  f"{base[:12]} (base), {args.rounds} interleaved rounds; load {os.getloadavg()}")
+                  f"{base[:12]} (base), {args.processes} processes each, {args.rounds} interleaved "
+                  f"rounds; load {os.getloadavg()}")
             with open(pathlib.Path(tmp) / "workers.log", "w") as log:
                 try:
                     report = run(trees, rounds=args.rounds, min_sample_s=args.min_sample_s,
                                  bench=args.bench, log=log, clock=args.clock,
-                                 min_change=args.min_change)
+                                 min_change=args.min_change, placements=args.placements,
+                                 processes=args.processes)
                 except GateError:
                     log.flush()
                     sys.stderr.write((pathlib.Path(tmp) / "workers.log").read_text()[-4000:])

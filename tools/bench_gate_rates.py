@@ -1,11 +1,10 @@
 """The gate's error rates, measured: false alarms on A/A runs, and slowdowns of 5, 10 and 25 %
 injected into one kernel, caught or not.
 
-One run is one ``bench_gate.run`` with the gate's own settings (``ROUNDS``, ``MIN_SAMPLE_S``,
-``MIN_CHANGE``) and these trees, all exported from ``--base``:
+One run is one ``bench_gate.run`` with the gate's own settings (``PROCESSES``, ``ROUNDS``,
+``PLACEMENTS``, ``MIN_SAMPLE_S``, ``MIN_CHANGE``) and these trees, all exported from ``--base``:
 
-* ``base`` and ``base2``: the commit, exported twice, as in every gate run (base2 gives
-  the A/A floor);
+* ``base``: the commit, as in every gate run (its processes in two halves give the A/A floor);
 * ``head``: the same commit exported again to its own folder, timed on every point: each of
   its points flagged is a false alarm (an A/A run, as ``make bench-gate BASE=HEAD`` on a
   clean checkout);
@@ -61,7 +60,7 @@ def trees_for(base, root):
     """Export the folders once (their Numba caches then serve every later run)."""
     root = pathlib.Path(root)
     out = {}
-    for label in ["base", "base2", "head", *LEVELS]:
+    for label in ["base", "head", *LEVELS]:
         folder = root / label
         if not folder.exists():
             folder.mkdir(parents=True)
@@ -108,8 +107,8 @@ def rescore(reports, min_change=bench_gate.MIN_CHANGE):
             if "samples" not in p:
                 continue
             s = p["samples"]
-            floor = bench_gate.floor_of(*bench_gate.paired_ratio(s["base2"], s["base"]), min_change)
-            ratio, lo, hi = bench_gate.paired_ratio(s[p["label"]], s["base"])
+            floor = bench_gate.floor_of(bench_gate.aa_ratio(s["base"]), min_change)
+            ratio, lo, hi = bench_gate.process_ratio(s[p["label"]], s["base"])
             rows.append({"run": rep["run"], "clock": rep.get("clock", "wall"),
                          "condition": rep["condition"], "load_start": f"{rep['load'][0][0]:.2f}",
                          "load_end": f"{rep['load'][-1][0]:.2f}", "label": p["label"],
