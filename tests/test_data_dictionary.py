@@ -69,3 +69,16 @@ def test_a_missing_column_is_caught(tmp_path):
     pd.DataFrame({"model": ["rnn"], "undocumented_column": [1]}).to_csv(tmp_path / "decay.csv")
     with pytest.raises(AssertionError, match="undocumented_column"):
         check_folder(tmp_path)
+
+
+def test_every_csv_kept_in_the_repository_is_documented():
+    """The measurement CSVs committed under docs/ and benchmarks/ (the README's tables' rows)."""
+    doc = dictionary()
+    root = DOC.parents[1]
+    kept = sorted([*root.glob("docs/*.csv"), *root.glob("benchmarks/*.csv")])
+    assert kept
+    for path in kept:
+        assert path.name in doc, f"{path.name} is not in docs/data.md"
+        missing = [c for c in pd.read_csv(path, nrows=0, comment="#").columns
+                   if c not in doc[path.name]]
+        assert not missing, f"{path.name}: columns {missing} are not in docs/data.md"
