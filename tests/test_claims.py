@@ -550,7 +550,13 @@ def test_scan_rule_fails_where_the_scan_span_is_short(scan_span, verdict):
                       "span": [150, 100, 12, 6000, 4000, scan_span]})
     row = claims.scan_parallelises({"scan_depth": d})
     assert row["verdict"] == verdict and row["value"] == scan_span
-    assert f"a span of {scan_span}" in row["measured"] and "T = 2,000" in row["measured"]
+    assert "T = 2,000" in row["measured"]
+    if verdict == FAILS:
+        assert f"but the same recurrence" in row["measured"]
+        assert f"a span of only {scan_span}, about" in row["measured"]
+    else:
+        assert f"and the same recurrence" in row["measured"] and "but" not in row["measured"]
+        assert f"a span of {scan_span:,} too, {scan_span / 2000:.2f}·T" in row["measured"]
 
 
 def _clipping(total_after=0.0, far_after_big=-2.0, far_after_small=-14.5):

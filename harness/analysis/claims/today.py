@@ -25,10 +25,14 @@ def scan_parallelises(f):
     scan = numbers.scan_form()
     log_span = float(last[scan])
     verdict = FAILS if log_span < T / 10 else HOLDS
+    # the scan's span beside T: "but ... only" where it is short (the claim fails), "and ...
+    # too" where it is a sizeable share of T (the claim holds for the scan as well)
+    link, tail = (("but", f"only {int(log_span)}, about {log_span / math.log2(T):.1f}·log2 T")
+                  if verdict == FAILS else
+                  ("and", f"{int(log_span):,} too, {log_span / T:.2f}·T: it waits as the loops do"))
     return _row(f"at T = {T:,} the tanh RNN's span is {int(last[RNN]):,} operations and the linear "
-                f"recurrence's step loop {int(last[LRU]):,}, but the same recurrence computed by a "
-                f"parallel scan ({scan}) has a span of {int(log_span)}, about "
-                f"{log_span / math.log2(T):.1f}·log2 T", log_span, verdict)
+                f"recurrence's step loop {int(last[LRU]):,}, {link} the same recurrence computed by "
+                f"a parallel scan ({scan}) has a span of {tail}", log_span, verdict)
 
 
 SURVIVES = -3.0        # "survives": the gradient is still above 10^-3 of its value at k = 1
