@@ -604,3 +604,52 @@ def test_linear_figure_draws_three_measures_of_three_algorithms():
     assert len(fig.axes) == 3
     assert all(len(ax.get_lines()) >= 3 for ax in fig.axes)
     figures.encode(fig)
+
+
+def _fitted(rows):
+    """An exponents frame (walltime.fit_exponents' columns) from (model, T_max, share at
+    T_min, share at T_max), p 1 with its interval, T_min 128."""
+    return pd.DataFrame([dict(model=m, d=512, exponent=1.0, fixed_seconds=1e-3, fixed_share=s0,
+                              fixed_share_T_max=s1, T_min=128, T_max=T, points=5,
+                              exponent_lo=0.9, exponent_hi=1.1) for m, T, s0, s1 in rows])
+
+
+def _wall_of(e):
+    return pd.DataFrame({"model": e.model, "T": 128, "d": 512, "threads": 1,
+                         "seconds_per_step": 1e-5})
+
+
+def test_wall_caption_states_each_fitted_range_and_the_fixed_cost_at_both_ends():
+    # the quick report times the recurrences to 4096, the rest to 2048 (#27): the caption
+    # says which models were fitted how far, and how much of a call a is at each end
+    e = _fitted([(ATTENTION, 2048, 0.05, 0.001), ("lru", 4096, 0.31, 0.0123),
+                 (RECURRENCE, 4096, 0.09, 0.004)])
+    cap = captions.caption_wall({"wall_times": _wall_of(e), "exponents": e})
+    assert ("fitted for T = 128 to 4096 (lru and rnn; the others to 2048) with a ≥ 0 a call's "
+            "fixed cost; a is 9% of the RNN's time at T = 128 and 0.4% at T = 4096, at most "
+            "31% (lru) at T = 128 and 1.2% at its T = 4096, with 95 % intervals: "
+            "attention 1.00 [0.90, 1.10], lru 1.00 [0.90, 1.10], rnn 1.00 [0.90, 1.10].") in cap
+
+
+def test_wall_caption_names_the_largest_fixed_cost_only_where_it_is_not_the_rnns():
+    # the RNN's share the largest: no "at most" clause; one range: no "the others"
+    e = _fitted([(ATTENTION, 2048, 0.05, 0.001), (RECURRENCE, 2048, 0.09, 0.004)])
+    cap = captions.caption_wall({"wall_times": _wall_of(e), "exponents": e})
+    assert ("fitted for T = 128 to 2048 with a ≥ 0 a call's fixed cost; a is 9% of the RNN's "
+            "time at T = 128 and 0.4% at T = 2048, with 95 % intervals:") in cap
+    assert "at most" not in cap and "the others" not in cap
+    # three ranges: each named, the shortest as "the others"
+    e = _fitted([(ATTENTION, 1024, 0.05, 0.001), ("lru", 2048, 0.31, 0.0123),
+                 (RECURRENCE, 4096, 0.09, 0.004)])
+    cap = captions.caption_wall({"wall_times": _wall_of(e), "exponents": e})
+    assert "fitted for T = 128 to 4096 (rnn; lru to 2048; the others to 1024) with a" in cap
+
+
+def test_wall_caption_says_which_intervals_were_widened_for_lack_of_fit_and_by_how_much():
+    e = _fitted([(ATTENTION, 2048, 0.05, 0.001), (RECURRENCE, 4096, 0.09, 0.004)])
+    cap = captions.caption_wall({"wall_times": _wall_of(e), "exponents": e.assign(lack_of_fit=1.0)})
+    assert "widened" not in cap
+    cap = captions.caption_wall({"wall_times": _wall_of(e),
+                                 "exponents": e.assign(lack_of_fit=[1.0, 2.154])})
+    assert (f"{RECURRENCE} 1.00 [0.90, 1.10] (widened where the medians stray from the fitted "
+            f"curve beyond the rounds' noise, by ×2.15 for {RECURRENCE}).") in cap

@@ -30,15 +30,29 @@ def timed_bytes(T, d):
     return max(v.bytes(T, d) for _, v in models.variants().values())
 
 
-def _calls(T, d, seed, dtype=np.float64):
-    """{variant: a no-argument call of it on inputs from default_rng(seed)}, compiled first."""
+def _calls(T, d, seed, dtype=np.float64, names=None):
+    """{variant: a no-argument call of it on inputs from default_rng(seed)}, compiled first;
+    every variant, or those in ``names``."""
     rng = np.random.default_rng(seed)
     calls = {}
     for name, (_, v) in models.variants().items():
+        if names is not None and name not in names:
+            continue
         v.call(*v.inputs(2, 2, rng, dtype))                   # compile outside the clock
         args = v.inputs(T, d, rng, dtype)
         calls[name] = (lambda f, a: lambda: f(*a))(v.call, args)
     return calls
+
+
+def linear_families(d=DEFAULT.d):
+    """The timed variants of the families whose every timed variant counts work linear in T
+    (the recurrences): ``WallConfig.linear_T_values`` times these further. A count is a T^2
+    + b T (``quadratic_crossing``), linear where doubling T doubles it. Registration order."""
+    def linear(v):
+        return all(math.isclose(v.macs(2 * T, d), 2 * v.macs(T, d), rel_tol=1e-12)
+                   for T in (64, 1024))
+    return tuple(v.name for f in models.families() if all(linear(v) for v in f.timed)
+                 for v in f.timed)
 
 
 def measure_wall_times(config=DEFAULT, T_values=None):
@@ -47,7 +61,10 @@ def measure_wall_times(config=DEFAULT, T_values=None):
     Each round times every (variant, T) once, in a shuffled order: a change of the machine's
     load during the run hits every T alike, and shows in the rounds (so in the intervals of
     what is fitted across T) instead of bending the curve unseen, as it did when each T's
-    rounds were taken one T after the other.
+    rounds were taken one T after the other. ``config.linear_T_values`` (not with ``T_values``
+    given) are timed, in the same rounds, for the ``linear_families`` only: there a call's
+    fixed cost is a few per cent of the time (the LRU's ~1 ms against ~80 ms at T = 4096,
+    d = 512), where a quadratic variant would take seconds a call.
 
     One row per (model, T): threads, ``seconds`` (the median of ``config.rounds`` rounds) with
     ``seconds_lo`` / ``seconds_hi`` (its 95 % bootstrap interval), seconds per step and MAC
@@ -56,17 +73,22 @@ def measure_wall_times(config=DEFAULT, T_values=None):
     derived from them (``measured_crossover``, ``fit_exponents``).
     """
     from harness.infra import machine
+    extra = () if T_values is not None else tuple(
+        T for T in config.linear_T_values if T not in config.T_values)
     T_values = config.T_values if T_values is None else T_values
     variants = models.variants()
+    linear = linear_families(config.d) if extra else ()
     rows, long = {}, []
     with machine.threads(config.threads):
         calls = {(name, T): f for T in T_values
                  for name, f in _calls(T, config.d, config.seed).items()}
+        calls.update({(name, T): f for T in extra
+                      for name, f in _calls(T, config.d, config.seed, names=linear).items()})
         every, _ = timing.time_interleaved(calls, config.rounds, config.min_sample_s,
                                            seed=config.seed)
-        for T in T_values:
-            samples = {name: every[name, T] for name in variants}
-            for name in variants:
+        for T in sorted(set(T_values) | set(extra)):
+            samples = {name: every[name, T] for name in variants if (name, T) in every}
+            for name in samples:
                 sec, lo, hi = timing.median_interval(samples[name], seed=T)
                 macs = variants[name][1].macs(T, config.d)
                 rows[name, T] = dict(model=name, T=T, d=config.d, threads=config.threads,
@@ -76,7 +98,8 @@ def measure_wall_times(config=DEFAULT, T_values=None):
                 long.extend(dict(model=name, T=T, d=config.d, round=r, seconds=float(x))
                             for r, x in enumerate(samples[name]))
     # one block per variant, as the tables read
-    frame = pd.DataFrame([rows[name, T] for name in variants for T in T_values])
+    frame = pd.DataFrame([rows[name, T] for name in variants
+                          for T in sorted(set(T_values) | set(extra)) if (name, T) in rows])
     frame.attrs["samples"] = pd.DataFrame(long)
     return frame
 
@@ -176,14 +199,19 @@ def measured_crossover(times, config=DEFAULT, rates=None, resamples=stats.RESAMP
     samples = times.attrs.get("samples")
     rows = []
     for d, g in times.groupby("d"):
-        w = g.pivot(index="T", columns="model", values="seconds").sort_index()
-        rate = g.pivot(index="T", columns="model", values="gmacs_per_s").sort_index()
+        wide = g.pivot(index="T", columns="model", values="seconds").sort_index()
+        per_T = g.pivot(index="T", columns="model", values="gmacs_per_s").sort_index()
         s = samples[samples.d == d] if samples is not None and len(samples) else None
-        for variant in [m for m in variants if m in w.columns and m != base]:
+        for variant in [m for m in variants if m in wide.columns and m != base]:
+            # the T both were timed at (``linear_T_values`` time the recurrences further)
+            both = wide[[variant, base]].notna().all(axis=1)
+            w, rate = wide[both], per_T[both]
             cross, extra, speed, T_at = _crossings(w, rate, variant, base, config)
             lo = hi = math.nan
             if s is not None:                         # the same rounds for every variant and T
                 v, b = _rounds(s, variant), _rounds(s, base)
+                Ts_both = v.columns.intersection(b.columns)
+                v, b = v[Ts_both], b[Ts_both]
                 Ts = v.columns.to_numpy(dtype=float)
 
                 def crossing(rv, rb):                 # (resamples, rounds, T) each -> (resamples,)
@@ -210,13 +238,21 @@ def fit_exponents(times, min_T=DEFAULT.fit_min_T, resamples=stats.RESAMPLES):
     does: seconds = a + b T^p, a >= 0 the fixed cost of a call (its checks, its
     allocations), b T^p the work (``stats.offset_power_law``). A pure power law fitted where
     a is not negligible bends p below the work's own: the RNN at d = 512 and T = 128 spends
-    ~10 % of a call on its fixed cost, the LRU ~30 %.
+    ~10 % of a call on its fixed cost on an idle machine, the LRU loop 53-84 % in five quick
+    reports of #27 (before its B-sized temporaries were cut), so that a fit ending at T = 2048
+    identified p weakly; the quick report times the recurrences to 4096 for it.
 
-    One row per (model, d) always: ``exponent`` (p), ``fixed_seconds`` (a) and
-    ``fixed_share`` (a over the time at T_min); with two distinct T only, the straight line
-    in log-log (a = 0); NaN with fewer. ``exponent_lo`` / ``_hi``: p's 95 % interval from
-    resampling the rounds (``times.attrs["samples"]``, the same rounds at every T;
-    ``stats.bootstrap_interval``), NaN without them.
+    One row per (model, d) always: ``exponent`` (p), ``fixed_seconds`` (a),
+    ``fixed_share`` and ``fixed_share_T_max`` (a over the time at T_min and at T_max: where
+    the fit's range starts, and where the fixed cost has become negligible, p then read off
+    the work alone); with two distinct T only, the straight line in log-log (a = 0); NaN
+    with fewer. Each model over the T it was timed at from min_T (the recurrences further
+    than the rest in the quick report: ``WallConfig.linear_T_values``). ``exponent_lo`` /
+    ``_hi``: p's 95 % interval from resampling the rounds (``times.attrs["samples"]``, the
+    same rounds at every T; ``stats.bootstrap_interval``), NaN without them, widened about p
+    by ``lack_of_fit`` (``_lack_of_fit``: 1 where the medians scatter about the fitted curve
+    no more than the rounds' noise allows, more where they do), so that it covers the
+    model's misfit as well as the rounds' noise.
     """
     samples = times.attrs.get("samples")
     rows = []
@@ -229,26 +265,52 @@ def fit_exponents(times, min_T=DEFAULT.fit_min_T, resamples=stats.RESAMPLES):
         else:
             (slope, _), a = power_law(Ts, g["seconds"]), 0.0 if len(g) >= 2 else math.nan
         lo = hi = math.nan
+        scale = 1.0
         if samples is not None and len(samples) and len(g) >= 2:
             s = samples[(samples.model == model) & (samples.d == d) & (samples["T"] >= min_T)]
             grid = _rounds(s, model)                                                 # (rounds, T)
             T_grid = grid.columns.to_numpy(dtype=float)
             x = np.log(T_grid)
             x = x - x.mean()
+            medians = []
 
             def slopes(r):                                  # (resamples, rounds, T) -> (resamples,)
                 med = np.median(r, axis=1)
+                medians.append(med)
                 if three:
                     return stats.offset_power_law(T_grid, med)[0]
                 y = np.log(med)
                 return (y - y.mean(axis=1, keepdims=True)) @ x / (x @ x)
             lo, hi = stats.bootstrap_interval(slopes, grid, seed=int(d), resamples=resamples)
+            if three and medians and math.isfinite(lo):
+                scale = _lack_of_fit(T_grid, np.median(grid.to_numpy(), axis=0), medians[0])
+                lo, hi = slope - scale * (slope - lo), slope + scale * (hi - slope)
         rows.append(dict(model=model, d=d, exponent=slope, fixed_seconds=a,
                          fixed_share=a / float(g["seconds"].iloc[0]) if len(g) else math.nan,
+                         fixed_share_T_max=a / float(g["seconds"].iloc[-1]) if len(g)
+                         else math.nan,
                          T_min=int(g["T"].min()) if len(g) else math.nan,
                          T_max=int(g["T"].max()) if len(g) else math.nan, points=len(g),
-                         exponent_lo=lo, exponent_hi=hi))
+                         exponent_lo=lo, exponent_hi=hi, lack_of_fit=scale))
     return pd.DataFrame(rows)
+
+
+def _lack_of_fit(Ts, medians, resampled):
+    """sqrt(chi^2 / (n - 3)), at least 1: the Birge ratio of a + b T^p fitted to the n
+    ``medians`` (one per T), each residual ln(median / fit) in units of that median's
+    bootstrap error (the spread of ln ``resampled`` (resamples, n) over the resamples); 1
+    with n <= 3 or a median without spread. Where the model holds within the rounds' noise
+    chi^2 / (n - 3) is about 1 (a kernel exactly a + b T: the median of 40 draws is 1.0);
+    where the medians stray from the curve further than their noise (one round slowed by a
+    neighbour at one T, a per-step cost that changes with T), the interval widens by it,
+    as the PDG's scale factor does for measurements that disagree beyond their errors."""
+    n = len(Ts)
+    p, a, b = (float(z) for z in stats.offset_power_law(Ts, medians))
+    se = np.log(resampled).std(axis=0)                                    # (n,)
+    if n <= 3 or not (math.isfinite(p) and np.all(se > 0)):
+        return 1.0
+    resid = np.log(medians / (a + b * Ts ** p))
+    return max(1.0, math.sqrt(float(np.sum((resid / se) ** 2)) / (n - 3)))
 
 
 def strong_scaling(config=DEFAULT, thread_counts=None):

@@ -73,6 +73,8 @@ class ScheduleConfig:
 class WallConfig:
     """Wall time of the compiled forwards over T."""
     T_values: tuple = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # brackets T = d and the measured crossover
+    linear_T_values: tuple = ()        # T timed for the recurrences only (walltime.linear_families):
+                                       # their exponents fitted where a call's fixed cost is negligible
     d: int = DepthConfig.d             # the lessons' d_model: the two crossovers share one axis
     threads: int = 1                   # BLAS and Numba threads: one is stable on a shared machine
     rounds: int = 7                    # interleaved rounds per T: the median and its 95 % interval
@@ -155,7 +157,10 @@ QUICK_COMPARE = CompareConfig(suite="quick", repeats=3, min_sample_s=0.001)
 # Seconds per call at the top (T = 32,768, d = 256: ~10 s forward, ~40 s both passes),
 # so one call per sample, no warm-up call, 3 rounds: about 15 minutes in all.
 LONG_COMPARE = CompareConfig(suite="long", dtypes=("float32",), repeats=3, min_sample_s=0.0)
-QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=5),
+# the quick sweep stops at 2048, but times the recurrences to 4096 too: at 2048 the LRU's fixed
+# cost is still ~5 % of a call (~50 % at T = 128), and its exponent was weakly identified (#27)
+QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=5,
+                                            linear_T_values=WALL.T_values[-1:]),
                        depth_long=replace(REPORT.depth_long, T_values=()),
                        path_T=REPORT.path_T[:-1],
                        memory=replace(REPORT.memory, T_values=REPORT.memory.T_values[:-1]))

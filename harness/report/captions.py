@@ -184,6 +184,39 @@ def caption_additive(f):
             f"{top.score_norm:.4f} ({top.value_over_score:.1f}×).")
 
 
+def _fitted_ranges(e):
+    """"2048", or where the recurrences were timed further (``WallConfig.linear_T_values``),
+    "4096 (lru and rnn; the others to 2048)": the largest T fitted, and for which models."""
+    tops = list(e.dropna(subset=["T_max"]).groupby("T_max").model.apply(list).items())[::-1]
+    (T0, first), rest = tops[0], tops[1:]
+    if not rest:
+        return f"{int(T0)}"
+    middle = "".join(f"; {_and(m)} to {int(T)}" for T, m in rest[:-1])
+    return f"{int(T0)} ({_and(first)}{middle}; the others to {int(rest[-1][0])})"
+
+
+def _and(names):
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _fixed_shares(e):
+    """The fixed cost's share of the RNN's time where the fit starts (and ends), and the
+    largest share of any model where it is largest: how much of a call p is read off."""
+    rnn = e[e.model == RNN]
+    if not len(rnn) or pd.isna(rnn.fixed_share.iloc[0]):
+        return ""
+    r = rnn.iloc[0]
+    text = f"; a is {r.fixed_share:.0%} of the RNN's time at T = {int(r.T_min)}"
+    if "fixed_share_T_max" not in e or pd.isna(r.fixed_share_T_max):
+        return text
+    text += f" and {r.fixed_share_T_max:.1%} at T = {int(r.T_max)}"
+    top = e.loc[e.fixed_share.idxmax()] if e.fixed_share.notna().any() else None
+    if top is not None and top.model != RNN and top.fixed_share > r.fixed_share:
+        text += (f", at most {top.fixed_share:.0%} ({top.model}) at T = {int(top.T_min)} and "
+                 f"{top.fixed_share_T_max:.1%} at its T = {int(top.T_max)}")
+    return text
+
+
 def caption_wall(f):
     w, e = f["wall_times"], f["exponents"]
 
@@ -197,13 +230,15 @@ def caption_wall(f):
         return f" [{row.exponent_lo:.2f}, {row.exponent_hi:.2f}]" if pd.notna(row.exponent_lo) else ""
 
     fits = ", ".join(f"{m} {exp(m):.2f}{interval(m)}" for m in e.model.drop_duplicates())
+    widened = e[e.lack_of_fit > 1.0] if "lack_of_fit" in e else e.iloc[:0]
+    if len(widened):                                       # walltime._lack_of_fit
+        fits += (" (widened where the medians stray from the fitted curve beyond the rounds' "
+                 "noise, by " + ", ".join(f"×{r.lack_of_fit:.2f} for {r.model}"
+                                          for r in widened.itertuples()) + ")")
     what = "Fitted exponents of time against T"
     if "fixed_seconds" in e and e.T_min.notna().any():     # walltime.fit_exponents: a + b T^p
-        rnn = e[e.model == RNN]
-        share = (f"; a is {rnn.fixed_share.iloc[0]:.0%} of the RNN's time at T = "
-                 f"{int(rnn.T_min.iloc[0])}" if len(rnn) and pd.notna(rnn.fixed_share.iloc[0]) else "")
         what = (f"Exponents p of time = a + b·T^p, fitted for T = {int(e.T_min.min())} "
-                f"to {int(e.T_max.max())} with a ≥ 0 a call's fixed cost{share}")
+                f"to {_fitted_ranges(e)} with a ≥ 0 a call's fixed cost{_fixed_shares(e)}")
     rounds = int(w["rounds"].iloc[0]) if "rounds" in w else 1
     floor = ""
     rates = f.get("rates")
