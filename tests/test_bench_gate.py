@@ -239,6 +239,16 @@ def test_a_sample_lasts_min_sample_s_and_cycles_whole_passes_over_the_copies(
     assert n == expected and n % copies == 0
 
 
+def test_each_worker_starts_with_a_layout_of_its_own():
+    import random
+    a = bench_gate.shuffle_layout(random.Random(1))
+    b = bench_gate.shuffle_layout(random.Random(2))
+    for layout in (a, b):
+        assert 1 <= len(layout) <= 512 and all(16 <= len(x) <= 4096 for x in layout)
+    assert [len(x) for x in a] != [len(x) for x in b]
+    assert len({len(bench_gate.shuffle_layout()) for _ in range(20)}) > 1     # SystemRandom
+
+
 def test_every_worker_is_pinned_to_one_cpu_this_process_may_use():
     cpu = bench_gate.gate_cpu()
     if cpu is not None:

@@ -9,6 +9,8 @@ suite (``benchmarks/``), as asv would run them, but in one run of a few minutes:
    importing its tree's ``harness``. Each sets up every point of the default suite's
    ``Kernels`` (every family, forward and backward, small and large) ``PLACEMENTS`` times,
    each copy's arrays at other addresses, and keeps them, compiled, for the whole run.
+   Each process starts with a layout of its own (``shuffle_layout``: random allocations
+   first, an environment of a random size), so that processes of one tree do not share one.
 2. ``rounds`` rounds follow. In each, every point is timed once by every process, the points
    and the processes in an order shuffled from a fixed seed, one at a time, every process
    pinned to the same CPU; a sample is the mean CPU time (``CLOCK``: other processes' load
@@ -44,6 +46,7 @@ import json
 import math
 import os
 import pathlib
+import random
 import re
 import shutil
 import subprocess
@@ -189,6 +192,7 @@ def worker(tree, suite_root, cpu=None, placements=1):
     """Serve one tree's points over stdin/stdout, one JSON object a line each way, on the
     one CPU ``cpu`` when given (every worker on the same one: see ``gate_cpu``)."""
     proto, sys.stdout = sys.stdout, sys.stderr          # anything the harness prints: stderr
+    layout = shuffle_layout()                           # kept for the worker's whole life
     pinned = [False]
 
     def pin():          # from the first timing on: the set-up runs on every CPU
@@ -282,6 +286,19 @@ def worker(tree, suite_root, cpu=None, placements=1):
             answer({"error": f"{type(e).__name__}: {e}"})
 
 
+def shuffle_layout(rng=None):
+    """Small objects of random number and sizes, allocated before anything else of the
+    worker's and returned to be kept: every later allocation of the process (the harness's
+    modules, the kernels' own temporaries) lands at offsets of its own. Without it, the
+    processes of one tree run the same allocations in the same order and share one layout: in
+    one A/A run all four processes of a second export of a commit ran the GRU's large backward
+    10 % [3, 17 %] slower than all four of the first, while their machine code was byte for
+    byte the same (objdump of the two Numba caches)."""
+    import random
+    rng = rng or random.SystemRandom()
+    return [bytearray(rng.randint(16, 4096)) for _ in range(rng.randint(1, 512))]
+
+
 def set_up_copies(cls, args, placements, rng, spacers):
     """``placements`` instances of the benchmark class ``cls``, each set up with ``args``, a
     spacer of a random size (appended to ``spacers``, to be kept) allocated before each, so
@@ -319,7 +336,9 @@ class Worker:
 
     def __init__(self, label, tree, suite_root=ROOT, log=None, cpu=None, placements=PLACEMENTS):
         self.label, self.tree = label, pathlib.Path(tree)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # an environment of a random size moves the process's stack (shuffle_layout, its heap)
+        env = dict(os.environ, PYTHONUNBUFFERED="1",
+                   BENCH_GATE_PAD="x" * random.SystemRandom().randint(0, 8192))
         env.pop("PYTHONPATH", None)
         pin = [] if cpu is None else ["--cpu", str(cpu)]
         self.proc = subprocess.Popen(
