@@ -239,6 +239,26 @@ def test_a_sample_lasts_min_sample_s_and_cycles_whole_passes_over_the_copies(
     assert n == expected and n % copies == 0
 
 
+def test_a_slower_point_fails_only_when_a_second_run_flags_it_too():
+    def pt(pid, verdict, ratio=1.2):
+        return {"id": pid, "verdict": verdict, "ratio": ratio, "lo": ratio - 0.05,
+                "hi": ratio + 0.05, "aa_ratio": 1.0, "floor": 0.03, "base_s": 1e-3,
+                "head_s": 1.2e-3}
+    report = {"points": [pt("a", "slower"), pt("b", "slower"), pt("c", "same", 1.0),
+                         {"id": "d", "verdict": "skipped"}], "seconds": 10.0}
+    again = {"points": [pt("a", "slower", 1.22), pt("b", "same", 1.01)], "seconds": 4.0}
+    bench_gate.confirm(report, again)
+    verdicts = {p["id"]: p["verdict"] for p in report["points"]}
+    assert verdicts == {"a": "slower", "b": "unconfirmed", "c": "same", "d": "skipped"}
+    assert report["points"][0]["confirmation"]["ratio"] == 1.22
+    assert report["seconds"] == 14.0
+    assert bench_gate.flagged({"points": report["points"], "tracks": {}}) == ["a"]
+    assert "timed again, fresh processes" in bench_gate.render(dict(report, tracks={}))
+    rx = re.compile(bench_gate.exactly(["Kernels.time_forward(rnn, large)", "x.y(1)"]))
+    assert rx.search("Kernels.time_forward(rnn, large)") and rx.search("x.y(1)")
+    assert not rx.search("Kernels.time_forward(rnn, large)x") and not rx.search("x.y(10)")
+
+
 def test_each_worker_starts_with_a_layout_of_its_own():
     import random
     a = bench_gate.shuffle_layout(random.Random(1))

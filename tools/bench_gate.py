@@ -25,6 +25,9 @@ suite (``benchmarks/``), as asv would run them, but in one run of a few minutes:
    its distance from 1, never under ``MIN_CHANGE`` (3 %). A point is flagged slower only
    when its whole interval lies above 1 + floor (faster: below 1 - floor; reported, not
    failed).
+   A point flagged slower is timed again by fresh processes (step 1 and 2 for it alone), and
+   fails the gate only if flagged again; otherwise it is reported as ``unconfirmed``
+   (``--no-confirm``: the first run decides).
 4. The default suite's deterministic ``track_`` numbers (``common.Tracked``: multiplications,
    spans, fitted decay rates) are computed by ``base`` and ``head`` and must be equal to the
    last bit; any difference is flagged.
@@ -567,6 +570,28 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
             "min_change": min_change, "seconds": time.perf_counter() - t_start}
 
 
+def exactly(ids):
+    """A --bench expression matching these point names and no other."""
+    return "^(" + "|".join(re.escape(i) for i in ids) + ")$"
+
+
+def confirm(report, again):
+    """A point flagged slower stays so only if ``again``, a second run with fresh processes
+    (each with its own layout), flags it too; otherwise it is 'unconfirmed' (reported, not
+    failed). Each point keeps the second run's ratio and interval under "confirmation"."""
+    second = {p["id"]: p for p in again["points"] if "ratio" in p}
+    for p in report["points"]:
+        if p["verdict"] != "slower":
+            continue
+        q = second.get(p["id"])
+        p["confirmation"] = ({k: q[k] for k in ("ratio", "lo", "hi", "aa_ratio", "floor",
+                                                 "verdict")} if q else None)
+        if q is None or q["verdict"] != "slower":
+            p["verdict"] = "unconfirmed"
+    report["seconds"] += again["seconds"]
+    return report
+
+
 def apply_trailers(report, patterns):
     """Mark flagged points (slower, changed) whose name a Bench-Accept pattern matches."""
     for p in report["points"]:
@@ -595,6 +620,11 @@ def render(report):
         lines.append(f"{p['id']:<44} {1e3 * p['base_s']:9.3f} {1e3 * p['head_s']:9.3f} "
                      f"{p['ratio']:9.3f} [{p['lo']:.3f}, {p['hi']:.3f}]   "
                      f"{p['aa_ratio']:6.3f} {100 * p['floor']:5.1f} %  {p['verdict']}")
+        c = p.get("confirmation")
+        if c:
+            lines.append(f"{'  timed again, fresh processes':<64} {c['ratio']:9.3f} "
+                         f"[{c['lo']:.3f}, {c['hi']:.3f}]   {c['aa_ratio']:6.3f} "
+                         f"{100 * c['floor']:5.1f} %  {c['verdict']}")
     n_same = sum(t["verdict"] == "same" for t in report["tracks"].values())
     lines.append(f"track_ numbers: {n_same} of {len(report['tracks'])} exactly equal")
     for pid, t in report["tracks"].items():
@@ -618,6 +648,8 @@ def parse_args(argv):
     ap.add_argument("--json", default=None, help="write the whole report here")
     ap.add_argument("--min-change", type=float, default=MIN_CHANGE,
                     help=f"the smallest floor, a fraction (default {MIN_CHANGE})")
+    ap.add_argument("--no-confirm", dest="confirm", action="store_false",
+                    help="fail on the first run's flags, without timing them again")
     ap.add_argument("--processes", type=int, default=PROCESSES,
                     help=f"worker processes per commit (default {PROCESSES})")
     ap.add_argument("--placements", type=int, default=PLACEMENTS,
@@ -667,10 +699,16 @@ def main(argv=None):
                   f"rounds; load {os.getloadavg()}")
             with open(pathlib.Path(tmp) / "workers.log", "w") as log:
                 try:
-                    report = run(trees, rounds=args.rounds, min_sample_s=args.min_sample_s,
-                                 bench=args.bench, log=log, clock=args.clock,
-                                 min_change=args.min_change, placements=args.placements,
-                                 processes=args.processes)
+                    settings = dict(rounds=args.rounds, min_sample_s=args.min_sample_s,
+                                    log=log, clock=args.clock, min_change=args.min_change,
+                                    placements=args.placements, processes=args.processes)
+                    report = run(trees, bench=args.bench, **settings)
+                    slower = [p["id"] for p in report["points"] if p["verdict"] == "slower"]
+                    if slower and args.confirm:
+                        print(f"  confirming {len(slower)} point(s) flagged slower with fresh "
+                              f"processes: {', '.join(slower)}")
+                        again = run(trees, bench=exactly(slower), **settings)
+                        confirm(report, again)
                 except GateError:
                     log.flush()
                     sys.stderr.write((pathlib.Path(tmp) / "workers.log").read_text()[-4000:])
