@@ -854,6 +854,97 @@ def test_an_unsupported_operation_names_itself_and_the_forwards_line(tmp_path, c
     assert "np.cumsum is not traced" in err and "myforward.py:" in err and len(err.splitlines()) == 1
 
 
+def test_a_forward_function_is_traced_under_its_name_with_each_input_labelled():
+    seen = {}
+
+    def two_layer(X, W, V):
+        seen.update(X=X.axes, W=W.axes, V=V.axes)
+        return np.tanh(X @ W) @ V
+
+    tr = depth.trace_forward(two_layer, {"X": ("T", "d"), "W": ("d", "2*d"), "V": ("2*d", "3")}, 5, 2)
+    assert (tr.model, tr.T, tr.d) == ("two_layer", 5, 2)
+    assert seen == {"X": ("T", "d_model"), "W": ("d_model", "?"), "V": ("?", "?")}
+    assert 0.0 <= tr.seconds < 60.0
+    assert depth.trace_forward(two_layer, {"X": ("T", "d"), "W": ("d", "d"), "V": ("d", "d")}, 3,
+                               2, name="mine").model == "mine"
+
+    class Anonymous:                                     # a callable with no __name__
+        def __call__(self, X, W):
+            return X @ W
+    assert depth.trace_forward(Anonymous(), {"X": ("T", "d"), "W": ("d", "d")}, 3, 2).model == "forward"
+
+
+def _raises(match, *args, error=ValueError):
+    with pytest.raises(error) as e:
+        depth.trace_forward(*args)
+    assert str(e.value) == match, str(e.value)
+
+
+def test_a_forward_that_cannot_be_traced_is_named_with_what_to_change():
+    xw = {"X": ("T", "d"), "W": ("d", "d")}
+    with pytest.raises(ValueError, match=r"^T must be"):
+        depth.trace_forward(lambda X, W: X @ W, xw, 0, 2)
+    with pytest.raises(ValueError, match=r"^d must be"):
+        depth.trace_forward(lambda X, W: X @ W, xw, 3, 0)
+    _raises("shapes: give each input of the forward a shape, the sequence first "
+            "(e.g. --shape X=T,d --shape W=d,d)", lambda X: X, {}, 3, 2)
+    _raises("shapes: the first input (X) is the sequence, its second-to-last dimension must be "
+            "T, got X=d,T", lambda X: X, {"X": ("d", "T")}, 3, 2)
+    _raises("shapes: the first input (X) is the sequence, its second-to-last dimension must be "
+            "T, got X=T", lambda X: X, {"X": ("T",)}, 3, 2)
+
+    def wrong_width(X, W):
+        return (X @ W).T
+
+    _raises("tracing wrong_width: the first output must be (..., T, width) with T = 3 on its "
+            "second-to-last axis, got shape (2, 3)", wrong_width, xw, 3, 2)
+
+    def untouched(X, W):
+        return X
+
+    _raises("tracing untouched: the forward did no traced operation", untouched, xw, 3, 2)
+
+    def number(X, W):
+        return 1
+
+    _raises("tracing number: the forward must return a traced array or a tuple of them (built "
+            "from its inputs with the tracer's operations), got int", number, xw, 3, 2,
+            error=TypeError)
+    _raises("tracing pair: the forward must return a traced array or a tuple of them (built "
+            "from its inputs with the tracer's operations), got tuple", lambda X, W: (X @ W, 1.0),
+            xw, 3, 2, "pair", error=TypeError)
+
+    def cumsum(X, W):
+        return np.cumsum(X @ W, axis=0)
+
+    with pytest.raises(TypeError) as e:                 # the tracer named the line: as it came
+        depth.trace_forward(cumsum, xw, 3, 2)
+    assert str(e.value).startswith("trace: np.cumsum is not traced (called at ")
+
+    def refuses(X, W):
+        raise IndexError("no such row")
+
+    with pytest.raises(IndexError) as e:
+        depth.trace_forward(refuses, xw, 3, 2)
+    assert str(e.value).startswith("tracing refuses: no such row (called at ")
+    assert str(e.value).endswith('raise IndexError("no such row"))')
+    assert isinstance(e.value.__cause__, IndexError)
+
+
+def test_an_error_names_the_users_innermost_line_past_numpys_frames(tmp_path):
+    import importlib.util
+    path = tmp_path / "user.py"
+    path.write_text("import numpy as np\n\n\ndef f():\n    return np.linalg.inv(np.zeros((2, 2)))\n")
+    spec = importlib.util.spec_from_file_location("user_forward", path)
+    user = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(user)
+    with pytest.raises(np.linalg.LinAlgError) as e:
+        user.f()
+    assert depth._user_line(e.value) == (f" (called at {path}:5: "
+                                         f"return np.linalg.inv(np.zeros((2, 2))))")
+    assert depth._user_line(ValueError("raised nowhere")) == ""     # no frames at all
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--forward", "m:f"], "--shape: --forward needs one --shape"),
     (["--shape", "X=T,d"], "--shape: goes with --forward"),

@@ -259,6 +259,37 @@ def test_work_figure_marks_the_counted_and_the_measured_crossover(measured, extr
         assert any(f"{ratio:.1f}" in t for t in texts)
 
 
+def _layer_work_frame():
+    """The layer's counts, linear 104 T and quadratic 2 T^2 (they meet at T = 52 = 6.5 d), and
+    two recurrences' (linear only)."""
+    rows = []
+    for T in (16, 64, 256):
+        rows.append(dict(model="transformer", T=T, d=8, linear=104 * T, quadratic=2 * T * T,
+                         macs=104 * T + 2 * T * T))
+        for model, c in ((RECURRENCE, 128), ("lstm", 512)):
+            rows.append(dict(model=model, T=T, d=8, linear=c * T, quadratic=0, macs=c * T))
+    return pd.DataFrame(rows)
+
+
+def test_layer_work_figure_draws_each_model_and_where_the_layers_square_terms_pass_the_rest():
+    w = _layer_work_frame()
+    fig = figures.figure_layer_work({"layer_work": w})
+    legend = _legend(fig)
+    assert set(legend) == {"transformer", RECURRENCE, "lstm"}
+    ax = fig.axes[0]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    for model in legend:
+        g = w[w.model == model]
+        assert _curves(ax, legend[model]) == [_xy(g["T"], g.macs)]
+    label = "the layer's T² terms pass the rest: T = 6.5·d"
+    (v,) = [ln for ln in ax.lines if ln.get_label() == label]
+    assert tuple(v.get_xdata()) == (52.0, 52.0)
+    assert (v.get_linestyle(), v.get_linewidth(), mcolors.to_hex(v.get_color())) == ("--", 1.0, "#000000")
+    leg = ax.get_legend()
+    assert [t.get_text() for t in leg.texts] == [label]
+    assert leg._loc == 2 and {t.get_fontsize() for t in leg.texts} == {8}   # upper left
+
+
 # ------------------------------------------------------------------ lessons
 
 def _maps_frame():
@@ -525,6 +556,7 @@ def _every_figure():
         "wall": (figures.figure_wall, {"wall_times": wall}),
         "memory": (figures.figure_memory, {"peak_memory": _memory_frame()}),
         "history": (figures.figure_history, {"asv_history": hist}),
+        "layer_work": (figures.figure_layer_work, {"layer_work": _layer_work_frame()}),
     }
 
 
@@ -541,6 +573,7 @@ AXIS_LABELS = {          # (x, y) as the reader sees them; None where seaborn na
     "wall": ("T", "forward wall time (s), median and 95 % interval"),
     "memory": ("T", "peak memory of one forward (MiB)"),
     "history": ("commit (oldest first)", "time (s)"),
+    "layer_work": ("T", "multiplications (traced), every product"),
 }
 
 
@@ -555,7 +588,7 @@ def test_every_figure_names_its_axes(name):
 
 # the line figures mark each sampled value with a dot, so a reader sees where the samples are
 MARKED = ["attention_path", "depth", "schedule", "work", "row_max", "routes", "wall", "memory",
-          "history"]
+          "history", "layer_work"]
 
 
 @pytest.mark.parametrize("name", MARKED)
@@ -564,7 +597,7 @@ def test_line_figures_mark_every_sample(name):
     fig = fn(frames)
     data = [ln for ax in fig.axes for ln in ax.lines if len(ln.get_xdata()) >= 3]
     assert data and all(ln.get_marker() not in (None, "None", "", " ") for ln in data), name
-    if name == "work":          # a marker per model: overlapping lines stay told apart
+    if name in ("work", "layer_work"):   # a marker per model: overlapping lines stay told apart
         assert len({str(ln.get_marker()) for ln in data}) == len(data), name
 
 

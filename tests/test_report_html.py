@@ -77,6 +77,20 @@ def test_report_tables_carry_their_css_classes_and_no_index():
     assert re.findall(r"<th>(.*?)</th>", t1)[0] == "model"
 
 
+def test_figure1s_boxes_table_keeps_its_columns_in_order_with_blank_missing_cells():
+    t = pd.DataFrame({"note": ["left out"] * 2, "order": [1, 2], "box": ["a <b>", "c"],
+                      "stack": ["encoder", "decoder"], "drawn": [True, False],
+                      "mixes_positions": [True, False], "mixing_inputs": ["Q, K", None]})
+    page = html.boxes_table_html(t)
+    assert '<table border="1" class="dataframe table boxes">' in page
+    assert re.findall(r"<th>(.*?)</th>", page) == ["order", "box", "stack", "drawn",
+                                                    "mixes_positions", "mixing_inputs"]
+    rows = [re.findall(r"<td>(.*?)</td>", r) for r in page.split("<tbody>")[1].split("<tr>")[1:]]
+    assert rows == [["1", "a &lt;b&gt;", "encoder", "True", "True", "Q, K"],
+                    ["2", "c", "decoder", "False", "False", ""]]
+    assert html.TABLES["transformer"]({"figure1_boxes": t}) == page
+
+
 def test_powers_of_ten_are_written_as_html_superscripts():
     from harness.report.html import powers
     assert powers("cut from 10^+9.3 to 10^-45.8, 10^3 and 10^−2") == (
