@@ -864,7 +864,10 @@ def test_a_forward_function_is_traced_under_its_name_with_each_input_labelled():
     tr = depth.trace_forward(two_layer, {"X": ("T", "d"), "W": ("d", "2*d"), "V": ("2*d", "3")}, 5, 2)
     assert (tr.model, tr.T, tr.d) == ("two_layer", 5, 2)
     assert seen == {"X": ("T", "d_model"), "W": ("d_model", "?"), "V": ("?", "?")}
-    assert 0.0 <= tr.seconds < 60.0
+    assert 0.0 < tr.seconds < 60.0
+    pair = depth.trace_forward(lambda X, W, V: (X @ W, X), {"X": ("T", "d"), "W": ("d", "d"),
+                                                            "V": ("d", "d")}, 3, 2)
+    assert len(pair.outputs) == 2 and pair.outputs[1].axes == ("T", "d_model")   # a tuple: kept
     assert depth.trace_forward(two_layer, {"X": ("T", "d"), "W": ("d", "d"), "V": ("d", "d")}, 3,
                                2, name="mine").model == "mine"
 
