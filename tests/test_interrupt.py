@@ -522,7 +522,8 @@ def test_a_command_forgets_its_signal_when_it_ends(monkeypatch, capsys):
         return 0
 
     monkeypatch.setattr(decay, "run", run)
+    before = signal.getsignal(signal.SIGINT)     # Python's, or SIG_IGN under a background job
     assert cli.main(["decay"]) == 128 + signal.SIGINT
     assert _interrupt.received() is None
     _interrupt.checkpoint()                                  # does not raise
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before and before is not _interrupt._handler
