@@ -78,6 +78,17 @@ def interrupted(name):
     return 128 + int(sig)
 
 
+def _caused_by_interrupt(exc):
+    """Whether a KeyboardInterrupt is in ``exc``'s chain of causes and contexts."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -97,6 +108,13 @@ def main(argv=None):
             return 2
         except KeyboardInterrupt:
             return interrupted(name)
+        except SystemError as e:
+            # a KeyboardInterrupt raised inside a callback from C (Numba unpickling a compiled
+            # function's constants on its first call) comes back wrapped: "returned a result
+            # with an exception set". It is still the signal's interruption.
+            if signals.received() is not None and _caused_by_interrupt(e):
+                return interrupted(name)
+            raise
         except (ValueError, TypeError, MemoryError, ArithmeticError) as e:
             # the analysers check their own arguments and say which one is wrong; the command
             # line shows that as one line. HARNESS_DEBUG=1 shows the traceback instead.

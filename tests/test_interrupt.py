@@ -512,6 +512,34 @@ def test_a_signal_during_any_numba_compilation_waits_for_its_end():
     assert len(twice.overloads) == 1       # the compilation ran to its end first
 
 
+def test_an_interrupt_wrapped_by_c_code_is_still_the_interruption(monkeypatch, capsys):
+    """A SIGINT whose KeyboardInterrupt was raised inside a callback from C (Numba unpickling a
+    compiled function's constants on its first call, seen in a fresh clone's make test) comes
+    back as a SystemError: one line and 130, no traceback. A SystemError with no signal, or
+    not caused by one, is still a bug."""
+    from harness.commands import decay
+
+    def wrapped(args):
+        try:
+            _interrupt._handler(signal.SIGINT, None)         # raises, as the handler would
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise SystemError("<function _numba_unpickle> returned a result with an exception "
+                              "set") from e
+
+    monkeypatch.setattr(decay, "run", wrapped)
+    assert cli.main(["decay"]) == 128 + signal.SIGINT
+    err = capsys.readouterr().err
+    assert err.strip() == "harness decay: interrupted (SIGINT); no partial output was left"
+
+    def plain(args):
+        raise SystemError("a bug")
+
+    monkeypatch.setattr(decay, "run", plain)
+    with pytest.raises(SystemError, match="a bug"):
+        cli.main(["decay"])
+
+
 def test_a_command_forgets_its_signal_when_it_ends(monkeypatch, capsys):
     """cli.main in a process that goes on (a test, a notebook): the next command, and every
     checkpoint() after, starts with no signal recorded."""
