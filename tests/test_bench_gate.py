@@ -315,3 +315,8 @@ def test_the_readme_gives_the_measured_error_rates():
         rows = list(csv.DictReader(f))
     assert rows
     assert bench_gate_rates.summary(rows) in (ROOT / "README.md").read_text()
+
+
+def test_a_run_wants_two_processes_a_tree_before_starting_any():
+    with pytest.raises(bench_gate.GateError, match="processes must be at least 2"):
+        bench_gate.run({"base": ROOT, "head": ROOT}, processes=1, say=lambda *_: None)
