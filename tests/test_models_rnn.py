@@ -190,9 +190,10 @@ def test_rnn_peers_compute_the_kernels_states_and_input_gradient(batch, dtype):
     dX = fam.kernels.backward(X, W, H, dH).dX
     torch = _torch_or_none()
     impls = rnn_family.peers(X, W, dH, torch)
-    fwd, bwd, outputs = impls["numpy"]
+    fwd, bwd, outputs, both = impls["numpy"]
     _close(fwd(), H, dtype)
     _close(bwd()[0], dX, dtype)
+    _close(both()[0], dX, dtype)
     y, dx = outputs()
     _close(y, H, dtype)
     _close(dx, dX, dtype)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from harness.infra import machine, timing
 from harness import models
+from harness.models import common_peers
 from harness.infra.config import COMPARE as DEFAULT
 
 
@@ -92,10 +93,9 @@ def implementations(case, seed=0):
     X, W = fam.kernels.inputs(case.T, case.d, case.batch, case.dtype, seed)
     out = k.forward(X, *W)
     g = np.random.default_rng([seed, 1]).normal(size=fam.kernels.primary(out).shape).astype(case.dtype)
-    impls = {"harness": (lambda: k.forward(X, *W),
-                         lambda: k.backward(X, W, out, g),
-                         lambda: (fam.kernels.primary(k.forward(X, *W)), k.backward(X, W, out, g).dX),
-                         lambda: k.backward(X, W, k.forward(X, *W), g))}
+    impls = {"harness": common_peers.slots(lambda: k.forward(X, *W),
+                                           lambda o: k.backward(X, W, o, g), out,
+                                           primary=fam.kernels.primary, dx=lambda gr: gr.dX)}
     impls.update(k.peers(X, W, g, _torch()))
     return impls
 

@@ -20,7 +20,8 @@ import numpy as np
 from harness.analysis import trace
 from harness.infra.stats import fit_rate
 from harness.infra.validate import check_int, check_real, check_seed
-from harness.models import GradientPath, path_frame, path_options
+from harness.models import (Compared, Family, GradientPath, Kernels, Tracing, path_frame,
+                            path_options)
 
 LN10 = math.log(10.0)
 
@@ -124,6 +125,25 @@ def path(name, decay, gates, states):
     return GradientPath(jobs=jobs, measure=measure, summary=summary,
                         memory=lambda T, d, config: memory(name.upper(), T, d, gates, states),
                         flops=lambda T, d, config: flops(T, d, states), options=GATED)
+
+
+def family(name, title, forward, backward, primary, inputs, trace_weights, form, timed, decay,
+           gates, states, peers, compare_target):
+    """The ``Family`` of a gated recurrence: the parts that differ between the LSTM and the
+    GRU given, the rest (its lesson parts, its gradient path by ``path``, the comparison's
+    directions and cases) the same for both. ``form``: its traced ``Form``; ``decay``: its
+    gradient-path measurement; ``states``: 2 for (h, c), 1 for h."""
+    return Family(
+        name=name, title=title,
+        kernels=Kernels(forward=forward, backward=backward, primary=primary, inputs=inputs),
+        tracing=Tracing(weights=trace_weights, forms=(form,), lesson_parts=("recurrence", "input")),
+        timed=timed,
+        path=path(name, decay, gates, states),
+        compared=(Compared("default", forward, backward, peers, compare_target,
+                           directions=("forward", "forward+backward"),   # the issue's targets
+                           cases=((1, 1000, 256), (32, 1000, 256)),
+                           quick_cases=((1, 16, 8), (3, 16, 8))),),
+    )
 
 
 def decay_frame(name, jacobians, log_gate, T, d, input_scale, gate_bias, seed):

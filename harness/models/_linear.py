@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.kernels import linear_attention as la
-from harness.models import torch_peers
+from harness.models import common_peers
 
 CHUNK = la.CHUNK        # rows per chunk of the chunked form: the kernel's, so the form is its own
 
@@ -200,12 +200,9 @@ def numpy_backward(X, Wq, Wk, Wv, kept, dY):
 def numpy_peer(X, W, dY, chunk=CHUNK):
     """compare's (forward, backward, outputs, forward+backward) of ``numpy_forward``."""
     Wq, Wk, Wv = W
-    kept = numpy_forward(X, Wq, Wk, Wv, chunk)[1]
-    return (lambda: numpy_forward(X, Wq, Wk, Wv, chunk),
-            lambda: numpy_backward(X, Wq, Wk, Wv, kept, dY),
-            lambda: (numpy_forward(X, Wq, Wk, Wv, chunk)[0],
-                     numpy_backward(X, Wq, Wk, Wv, kept, dY)[0]),
-            lambda: numpy_backward(X, Wq, Wk, Wv, numpy_forward(X, Wq, Wk, Wv, chunk)[1], dY))
+    fwd = (lambda: numpy_forward(X, Wq, Wk, Wv, chunk))
+    return common_peers.slots(
+        fwd, lambda out: numpy_backward(X, Wq, Wk, Wv, out[1], dY), fwd())
 
 
 # ------------------------------------------------------------------ PyTorch peers (autograd)
@@ -256,6 +253,6 @@ def torch_chunked(torch, X, Wq, Wk, Wv, chunk=CHUNK):
 
 def torch_peer(run, X, W, dY, torch):
     """(forward, backward, outputs, forward+backward) of ``run(torch, X, Wq, Wk, Wv)``
-    (``torch_peers.autograd``), the weights' gradients computed too, as the kernel's."""
+    (``common_peers.autograd``), the weights' gradients computed too, as the kernel's."""
     Wt = [torch.from_numpy(w).clone().requires_grad_(True) for w in W]
-    return torch_peers.autograd(lambda x: run(torch, x, *Wt), X, dY, dY.shape, torch)
+    return common_peers.autograd(lambda x: run(torch, x, *Wt), X, dY, dY.shape, torch)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness.kernels import attention
-from harness.models import reference, torch_peers
+from harness.models import reference, common_peers
 from harness.analysis import trace
 from harness.kernels.blas import matmul
 from harness.infra.stats import fit_rate
@@ -310,10 +310,9 @@ def peers(X, W, dY, torch=None):
     Y, A = attention.forward(X, Wq, Wk, Wv)
     T, d = X.shape
     impls = {
-        "numpy": (lambda: reference.attention_forward(X, Wq, Wk, Wv),
-                  lambda: reference.attention_backward(X, Wq, Wk, Wv, A, dY),
-                  lambda: (reference.attention_forward(X, Wq, Wk, Wv)[0],
-                           reference.attention_backward(X, Wq, Wk, Wv, A, dY)[0])),
+        "numpy": common_peers.slots(
+            lambda: reference.attention_forward(X, Wq, Wk, Wv),
+            lambda out: reference.attention_backward(X, Wq, Wk, Wv, out[1], dY), (Y, A)),
     }
     # the floor: the five matrix products of the forward, nothing else
     Q, K, V, Yb = (np.empty((T, d), dtype=X.dtype) for _ in range(4))
@@ -338,10 +337,10 @@ def _torch_peer(X, W, dY, torch):
     F = torch.nn.functional
     Wt = [torch.from_numpy(w) for w in W]
 
-    def call(x):                                   # x: (1, T, d), as torch_peers.autograd gives
+    def call(x):                             # x: (1, T, d), as common_peers.autograd gives
         return F.scaled_dot_product_attention(*_heads(*(x[0] @ w for w in Wt)))[0]
 
-    return torch_peers.autograd(call, X, dY, X.shape, torch)
+    return common_peers.autograd(call, X, dY, X.shape, torch)
 
 
 def tiled_peers(X, W, dY, torch=None):

@@ -16,8 +16,7 @@ import functools
 import numpy as np
 
 from harness.kernels import gru
-from harness.models import (Compared, Family, Form, Kernels, Tracing, Variant,
-                            _gated, reference, torch_peers)
+from harness.models import Form, Variant, _gated, common_peers, reference
 from harness.models.lstm import _sigmoid
 from harness.models.rnn import compare_target
 
@@ -109,30 +108,15 @@ def peers(X, W, dH, torch=None):
     + autograd (oneDNN's kernels on CPU)."""
     W_ih, W_hh = W
     H = gru.forward(X, W_ih, W_hh)
-    impls = {
-        "numpy": (lambda: reference.gru_forward(X, W_ih, W_hh),
-                  lambda: reference.gru_backward(X, H, W_ih, W_hh, dH),
-                  lambda: (reference.gru_forward(X, W_ih, W_hh),
-                           reference.gru_backward(X, H, W_ih, W_hh, dH)[0]),
-                  lambda: reference.gru_backward(X, reference.gru_forward(X, W_ih, W_hh), W_ih,
-                                                 W_hh, dH)),
-    }
+    impls = {"numpy": common_peers.slots(
+        lambda: reference.gru_forward(X, W_ih, W_hh),
+        lambda H_: reference.gru_backward(X, H_, W_ih, W_hh, dH), H, primary=lambda out: out)}
     if torch is not None:
-        impls["torch"] = torch_peers.recurrent(torch.nn.GRU, X, W, dH, H.shape, torch)
+        impls["torch"] = common_peers.recurrent(torch.nn.GRU, X, W, dH, H.shape, torch)
     return impls
 
 
-FAMILY = Family(
-    name="gru", title="GRU",
-    kernels=Kernels(forward=gru.forward, backward=backward_from, primary=lambda H: H,
-                    inputs=inputs),
-    tracing=Tracing(weights=trace_weights,
-                    forms=(Form("gru", traced_forward, macs, trace_memory_bytes),),
-                    lesson_parts=("recurrence", "input")),
-    timed=TIMED,
-    path=_gated.path("gru", gru_decay, GATES, 1),
-    compared=(Compared("default", gru.forward, backward_from, peers, compare_target,
-                       directions=("forward", "forward+backward"),     # the issue's targets
-                       cases=((1, 1000, 256), (32, 1000, 256)),
-                       quick_cases=((1, 16, 8), (3, 16, 8))),),
-)
+FAMILY = _gated.family(
+    "gru", "GRU", gru.forward, backward_from, lambda H: H, inputs, trace_weights,
+    Form("gru", traced_forward, macs, trace_memory_bytes), TIMED, gru_decay, GATES, 1, peers,
+    compare_target)

@@ -27,7 +27,7 @@ from harness.infra.stats import LN10, fit_rate
 from harness.infra.validate import check_int, check_real, check_seed
 from harness.infra.config import LRU
 from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
-                            path_frame, path_options, reference)
+                            common_peers, path_frame, path_options, reference)
 
 
 # ------------------------------------------------------------------ the traced forwards
@@ -281,19 +281,14 @@ def peers(X, W, dY, torch=None):
     lam, B = W
     H = lru.forward(X, lam, B)
     dH = _as_state(dY, H)
-    impls = {
-        "numpy": (lambda: reference.lru_forward(X, lam, B),
-                  lambda: reference.lru_backward(X, H, lam, B, dH),
-                  lambda: (primary(reference.lru_forward(X, lam, B)),
-                           reference.lru_backward(X, H, lam, B, dH)[0])),
-    }
+    impls = {"numpy": common_peers.slots(
+        lambda: reference.lru_forward(X, lam, B),
+        lambda H_: reference.lru_backward(X, H_, lam, B, dH), H, primary=primary)}
     if np.all(lam != 0):
-        impls["heinsen"] = (lambda: reference.lru_heinsen_forward(X, lam, B),
-                            lambda: reference.lru_heinsen_backward(X, H, lam, B, dH),
-                            lambda: (primary(np.ascontiguousarray(
-                                         reference.lru_heinsen_forward(X, lam, B),
-                                                                  dtype=H.dtype)),
-                                     reference.lru_heinsen_backward(X, H, lam, B, dH)[0]))
+        impls["heinsen"] = common_peers.slots(
+            lambda: reference.lru_heinsen_forward(X, lam, B),
+            lambda H_: reference.lru_heinsen_backward(X, H_, lam, B, dH), H,
+            primary=lambda out: primary(np.ascontiguousarray(out, dtype=H.dtype)))
     if torch is None:
         return impls
     ct = getattr(torch, H.dtype.name)

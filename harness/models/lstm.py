@@ -16,8 +16,7 @@ import numpy as np
 
 from harness.kernels import lstm
 from harness.models import rnn as rnn_family
-from harness.models import (Compared, Family, Form, Kernels, Tracing, Variant,
-                            _gated, reference, torch_peers)
+from harness.models import Form, Variant, _gated, common_peers, reference
 
 GATES = 4
 
@@ -124,33 +123,18 @@ def peers(X, W, dH, torch=None):
     + autograd (oneDNN's kernels on CPU)."""
     W_ih, W_hh = W
     H, C = lstm.forward(X, W_ih, W_hh)
-    impls = {
-        "numpy": (lambda: reference.lstm_forward(X, W_ih, W_hh),
-                  lambda: reference.lstm_backward(X, H, C, W_ih, W_hh, dH),
-                  lambda: (reference.lstm_forward(X, W_ih, W_hh)[0],
-                           reference.lstm_backward(X, H, C, W_ih, W_hh, dH)[0]),
-                  lambda: reference.lstm_backward(X, *reference.lstm_forward(X, W_ih, W_hh),
-                                                  W_ih, W_hh, dH)),
-    }
+    impls = {"numpy": common_peers.slots(
+        lambda: reference.lstm_forward(X, W_ih, W_hh),
+        lambda out: reference.lstm_backward(X, *out, W_ih, W_hh, dH), (H, C))}
     if torch is not None:
-        impls["torch"] = torch_peers.recurrent(torch.nn.LSTM, X, W, dH, H.shape, torch)
+        impls["torch"] = common_peers.recurrent(torch.nn.LSTM, X, W, dH, H.shape, torch)
     return impls
 
 
 compare_target = rnn_family.compare_target     # the RNN's targets: 1.5x at batch 1, else 1x
 
 
-FAMILY = Family(
-    name="lstm", title="LSTM",
-    kernels=Kernels(forward=lstm.forward, backward=backward_from, primary=lambda out: out[0],
-                    inputs=inputs),
-    tracing=Tracing(weights=trace_weights,
-                    forms=(Form("lstm", traced_forward, macs, trace_memory_bytes),),
-                    lesson_parts=("recurrence", "input")),
-    timed=TIMED,
-    path=_gated.path("lstm", lstm_decay, GATES, 2),
-    compared=(Compared("default", lstm.forward, backward_from, peers, compare_target,
-                       directions=("forward", "forward+backward"),     # the issue's targets
-                       cases=((1, 1000, 256), (32, 1000, 256)),
-                       quick_cases=((1, 16, 8), (3, 16, 8))),),
-)
+FAMILY = _gated.family(
+    "lstm", "LSTM", lstm.forward, backward_from, lambda out: out[0], inputs, trace_weights,
+    Form("lstm", traced_forward, macs, trace_memory_bytes), TIMED, lstm_decay, GATES, 2, peers,
+    compare_target)

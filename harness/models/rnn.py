@@ -29,7 +29,7 @@ from harness.infra.validate import (as_float_array, check_choice, check_int, che
                                check_positive, check_real, check_seed)
 from harness.infra.config import ACTIVATIONS, DECAY, MEASURES, WEIGHTS
 from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
-                            path_frame, torch_peers)
+                            common_peers, path_frame)
 
 PROBE_SEED = 12345      # the fixed random probe u of the loss u.h_T, the same in every measure
 
@@ -335,16 +335,15 @@ def peers(X, W, dH, torch=None):
     W_xh, W_hh = W
     H = rnn.forward(X, W_xh, W_hh)
     impls = {
-        "numpy": (lambda: reference.rnn_forward(X, W_xh, W_hh),
-                  lambda: reference.rnn_backward(X, H, W_xh, W_hh, dH),
-                  lambda: (reference.rnn_forward(X, W_xh, W_hh),
-                           reference.rnn_backward(X, H, W_xh, W_hh, dH)[0])),
+        "numpy": common_peers.slots(lambda: reference.rnn_forward(X, W_xh, W_hh),
+                                    lambda H_: reference.rnn_backward(X, H_, W_xh, W_hh, dH), H,
+                                    primary=lambda out: out),
         # the floor: the kernels' own BLAS calls, in their shapes, and nothing else
         "gemm": (rnn.forward_blas_only(X, W_xh, W_hh), rnn.backward_blas_only(X, H, W_xh, W_hh),
                  None),
     }
     if torch is not None:                    # nn.RNN's default nonlinearity is tanh
-        impls["torch"] = torch_peers.recurrent(torch.nn.RNN, X, W, dH, H.shape, torch)
+        impls["torch"] = common_peers.recurrent(torch.nn.RNN, X, W, dH, H.shape, torch)
     return impls
 
 

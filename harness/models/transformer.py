@@ -33,7 +33,7 @@ from harness.infra.stats import fit_rate
 from harness.infra.validate import check_int, check_memory, check_real, check_seed
 from harness.kernels import transformer
 from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
-                            path_frame, reference, torch_peers)
+                            common_peers, path_frame, reference)
 
 KEYS = transformer.ENCODER_KEYS        # the positional weights' order: torch's state_dict
 HEAD_CHOICES = (8, 4, 2, 1)            # the heads a layer of width d_model gets: the largest ...
@@ -365,16 +365,11 @@ def peers(X, W, dY, torch=None):
     PyTorch, ``torch.nn.TransformerEncoderLayer`` (dropout 0, batch first) with autograd."""
     h = default_heads(X.shape[-1])
     fwd = (lambda: reference.transformer_forward(X, W, h, NORM_EPS))
-    cache = fwd()[1]
-    impls = {
-        "numpy": (fwd,
-                  lambda: reference.transformer_backward(cache, dY),
-                  lambda: (fwd()[0], reference.transformer_backward(cache, dY)[0]),
-                  lambda: reference.transformer_backward(fwd()[1], dY)[0]),
-    }
+    impls = {"numpy": common_peers.slots(
+        fwd, lambda out: reference.transformer_backward(out[1], dY), fwd())}
     if torch is not None:
         m = torch_layer(W, torch, X.dtype)
-        impls["torch"] = torch_peers.autograd(m, X, dY, X.shape, torch)
+        impls["torch"] = common_peers.autograd(m, X, dY, X.shape, torch)
     return impls
 
 

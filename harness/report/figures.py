@@ -136,11 +136,8 @@ def figure_layer_work(f):
     g.set(xscale="log", yscale="log")
     g.set_axis_labels("T", "multiplications (traced), every product")
     d, T_eq, _ = numbers.layer_crossover(w)
-    for ax in g.axes.flat:
-        ax.axvline(T_eq, color="k", ls="--", lw=1,
-                   label=f"the layer's T² terms pass the rest: T = {T_eq / d:.1f}·d")
-        ax.legend(handles=[ln for ln in ax.get_lines() if "T² terms" in ln.get_label()],
-                  loc="upper left", fontsize=8)
+    _marks(g, [(T_eq, f"the layer's T² terms pass the rest: T = {T_eq / d:.1f}·d",
+                dict(color="k", ls="--", lw=1))])
     return g.figure
 
 
@@ -203,14 +200,11 @@ def figure_work(f):
     cross = numbers.timed_crossover(x)
     ratio = cross.T / cross.row.counted_T
     d = int(w.d.iloc[0])
-    for ax in g.axes.flat:
-        ax.axvline(d, color="k", ls="--", lw=1, label="counted crossover T = d")
-        if np.isfinite(ratio):
-            ax.axvline(ratio * d, color="tab:red", ls=":", lw=1.5,
-                       label=f"measured wall-time crossover ({ratio:.1f} d)")
-        # the crossovers only: the models are in the figure's own legend already
-        ax.legend(handles=[ln for ln in ax.get_lines() if "crossover" in ln.get_label()],
-                  loc="upper left", fontsize=8)
+    marks = [(d, "counted crossover T = d", dict(color="k", ls="--", lw=1))]
+    if np.isfinite(ratio):
+        marks.append((ratio * d, f"measured wall-time crossover ({ratio:.1f} d)",
+                      dict(color="tab:red", ls=":", lw=1.5)))
+    _marks(g, marks)
     return g.figure
 
 
@@ -260,36 +254,46 @@ def figure_additive(f):
     return g.figure
 
 
-def figure_routes(f):
-    r = f["additive_routes"]
-    long = r.melt(id_vars="va_scale", value_vars=["value_norm", "score_norm"],
-                  var_name="route", value_name="norm")
-    g = sns.relplot(data=long, x="va_scale", y="norm", hue="route", kind="line", marker="o",
-                    height=3.2, aspect=1.4)
+def _marks(g, marks):
+    """Vertical lines on every panel of ``g`` at ``marks``, (x, label, line style) each, and a
+    legend of them alone: the models are in the figure's own legend already."""
+    labels = {label for _, label, _ in marks}
+    for ax in g.axes.flat:
+        for x, label, style in marks:
+            ax.axvline(x, label=label, **style)
+        ax.legend(handles=[ln for ln in ax.get_lines() if ln.get_label() in labels],
+                  loc="upper left", fontsize=8)
+
+
+def _loglog(data, x, y, hue, labels, height=3.6, aspect=1.5):
+    """A line per ``hue`` with markers, both axes logarithmic; ``labels``: (x's, y's)."""
+    g = sns.relplot(data=data, x=x, y=y, hue=hue, kind="line", marker="o", height=height,
+                    aspect=aspect)
     g.set(xscale="log", yscale="log")
-    g.set_axis_labels("scale of va", "‖gradient reaching H‖")
-    return g.figure
+    g.set_axis_labels(*labels)
+    return g
+
+
+def figure_routes(f):
+    long = f["additive_routes"].melt(id_vars="va_scale", value_vars=["value_norm", "score_norm"],
+                                     var_name="route", value_name="norm")
+    return _loglog(long, "va_scale", "norm", "route", ("scale of va", "‖gradient reaching H‖"),
+                   height=3.2, aspect=1.4).figure
 
 
 def figure_wall(f):
     w = f["wall_times"]
-    g = sns.relplot(data=w, x="T", y="seconds", hue="model", kind="line", marker="o",
-                    height=3.6, aspect=1.5)
+    g = _loglog(w, "T", "seconds", "model",
+                ("T", "forward wall time (s), median and 95 % interval"))
     if "seconds_lo" in w:
         for (model, part), color in zip(w.groupby("model", sort=False), sns.color_palette()):
             g.ax.vlines(part["T"], part.seconds_lo, part.seconds_hi, color=color, lw=2)
-    g.set(xscale="log", yscale="log")
-    g.set_axis_labels("T", "forward wall time (s), median and 95 % interval")
     return g.figure
 
 
 def figure_memory(f):
     m = f["peak_memory"].assign(peak_mib=lambda x: x.peak_bytes / 2**20)
-    g = sns.relplot(data=m, x="T", y="peak_mib", hue="model", kind="line", marker="o",
-                    height=3.6, aspect=1.5)
-    g.set(xscale="log", yscale="log")
-    g.set_axis_labels("T", "peak memory of one forward (MiB)")
-    return g.figure
+    return _loglog(m, "T", "peak_mib", "model", ("T", "peak memory of one forward (MiB)")).figure
 
 
 def figure_history(f):

@@ -1,9 +1,23 @@
-"""The PyTorch peers that several families share: a torch module with autograd.
+"""What the families' peers share: compare's four slots of any implementation, and a torch
+module with autograd.
 
 PyTorch is optional: the caller passes the imported module (or None, and no torch peer).
 """
 
 from __future__ import annotations
+
+
+def slots(forward, backward_of, kept, primary=lambda out: out[0], dx=lambda grads: grads[0]):
+    """compare's (forward, backward, outputs, forward+backward) of one implementation.
+
+    ``forward() -> out``; ``backward_of(out) -> grads`` starts from a forward's output: the
+    backward slot from ``kept``, an output computed beforehand (as a kernel keeps its own),
+    forward+backward from a new one; ``outputs() -> (primary(out), dx(grads))``, what a test
+    checks every implementation against."""
+    return (forward,
+            lambda: backward_of(kept),
+            lambda: (primary(forward()), dx(backward_of(kept))),
+            lambda: backward_of(forward()))
 
 
 def recurrent(module, X, W, dH, shape, torch):
