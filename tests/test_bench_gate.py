@@ -287,9 +287,21 @@ def test_a_sample_is_cpu_time_unless_wall_time_is_asked_for(capsys):
     assert "--clock: invalid choice: 'tsc'" in capsys.readouterr().err
 
 
-def _row(run, cond, label, verdict, load="1.0"):
+def test_a_confirmation_is_matched_by_label_as_well_as_point():
+    def pt(label, verdict, ratio):
+        return {"id": "p", "label": label, "verdict": verdict, "ratio": ratio,
+                "lo": ratio - 0.02, "hi": ratio + 0.02, "aa_ratio": 1.0, "floor": 0.03}
+    report = {"points": [pt("head", "slower", 1.2), pt("slow10", "slower", 1.1)],
+              "seconds": 1.0}
+    again = {"points": [pt("head", "same", 1.0), pt("slow10", "slower", 1.12)], "seconds": 1.0}
+    bench_gate.confirm(report, again)
+    assert [p["verdict"] for p in report["points"]] == ["unconfirmed", "slower"]
+    assert report["points"][1]["confirmation"]["ratio"] == 1.12
+
+
+def _row(run, cond, label, verdict, load="1.0", stages="1", confirmed=""):
     return {"run": run, "condition": cond, "load_start": load, "label": label,
-            "verdict": verdict}
+            "verdict": verdict, "stages": stages, "confirmed": confirmed}
 
 
 def test_the_error_rate_table_counts_false_alarms_and_detections():
@@ -301,8 +313,48 @@ def test_the_error_rate_table_counts_false_alarms_and_detections():
             + [_row(r, "idle", "slow25", "slower") for r in ("r1", "r2")])
     lines = bench_gate_rates.summary(rows).splitlines()
     assert len(lines) == 3                                   # no loaded rows: no loaded line
-    assert lines[2] == ("| no load of ours | 2 | 0.5–2.5 | 1 of 48 (2.1 %) | 1 of 2 | 2 of 2 "
-                        "| 2 of 2 |")
+    assert lines[2] == ("| no load of ours | 4 processes, first stage only | 2 | 0.5–2.5 | 1 of 48 (2.1 %) | "
+                        "— | 1 of 2 | 2 of 2 | 2 of 2 |")
+
+
+def test_with_the_confirmation_step_a_point_fails_only_when_flagged_twice():
+    import bench_gate_rates
+    two = {"stages": "2"}
+    rows = ([_row("r3", "loaded", "head", "same", "3.0", **two)] * 26
+            + [_row("r3", "loaded", "head", "slower", "3.0", confirmed="no", **two),
+               _row("r3", "loaded", "head", "slower", "3.0", confirmed="yes", **two),
+               _row("r3", "loaded", "slow5", "slower", "3.0", confirmed="no", **two),
+               _row("r3", "loaded", "slow10", "slower", "3.0", confirmed="yes", **two),
+               _row("r3", "loaded", "slow25", "same", "3.0", **two)]
+            + [_row("r4", "loaded", "head", "same", "4.0")] * 28
+            + [_row("r4", "loaded", lab, "slower", "4.0") for lab in ("slow5", "slow10")])
+    lines = bench_gate_rates.summary(rows).splitlines()
+    assert lines[2:] == [
+        "| a second process of ours | 4 processes, with confirmation | 1 | 3.0–3.0 | 2 of 28 (7.1 %) | "
+        "1 of 28 (3.6 %) | 0 of 1 | 1 of 1 | 0 of 1 |",
+        "| a second process of ours | 4 processes, first stage only | 1 | 4.0–4.0 | 0 of 28 (0.0 %) | — | "
+        "1 of 1 | 1 of 1 | 0 of 0 |"]
+
+
+def test_a_row_says_whether_its_slower_point_was_confirmed():
+    import bench_gate_rates as rates
+    slower, unconfirmed, same = ({"verdict": v} for v in ("slower", "unconfirmed", "same"))
+    assert [rates.first_verdict(p) for p in (slower, unconfirmed, same)] == [
+        "slower", "slower", "same"]
+    assert [rates.confirmed(p, True) for p in (slower, unconfirmed, same)] == ["yes", "no", ""]
+    assert [rates.confirmed(p, False) for p in (slower, unconfirmed, same)] == ["", "", ""]
+
+
+def test_rescoring_judges_a_stored_confirmation_again():
+    import bench_gate_rates as rates
+    q = {"ratio": 1.10, "lo": 1.05, "hi": 1.15, "aa_ratio": 1.0, "floor": 0.03,
+         "verdict": "slower"}
+    assert rates._reconfirmed({"confirmation": q}, "slower", 2, 0.03) == "yes"
+    assert rates._reconfirmed({"confirmation": q}, "slower", 2, 0.06) == "no"
+    assert rates._reconfirmed({"confirmation": None}, "slower", 2, 0.03) == "no"
+    assert rates._reconfirmed({}, "slower", 2, 0.03) == "unknown"
+    assert rates._reconfirmed({"confirmation": q}, "same", 2, 0.03) == ""
+    assert rates._reconfirmed({"confirmation": q}, "slower", 1, 0.03) == ""
 
 
 def test_the_readme_gives_the_measured_error_rates():
@@ -320,3 +372,30 @@ def test_the_readme_gives_the_measured_error_rates():
 def test_a_run_wants_two_processes_a_tree_before_starting_any():
     with pytest.raises(bench_gate.GateError, match="processes must be at least 2"):
         bench_gate.run({"base": ROOT, "head": ROOT}, processes=1, say=lambda *_: None)
+
+
+def test_the_gate_is_held_against_the_issues_targets_per_condition():
+    import bench_gate_rates
+    two = {"stages": "2"}
+    rows = ([dict(_row(f"r{i}", "idle", "head", "same", **two), processes="8")
+             for i in range(10) for _ in range(28)]
+            + [dict(_row("r0", "idle", "head", "slower", confirmed="yes", **two), processes="8")]
+            + [dict(_row(f"r{i}", "idle", "slow10", "slower", confirmed="yes" if i < 9 else "no",
+                         **two), processes="8") for i in range(10)]
+            + [dict(_row("q", "loaded", "slow10", "slower", confirmed="yes", **two),
+                    processes="4")])
+    got = bench_gate_rates.against_targets(rows, processes=8)
+    assert got == ("- no load of ours, 8 processes, both stages: 10 runs (ten wanted: met); A/A "
+                   "points failing the gate 1 of 281 (at most 1 %: met); 10 % slowdowns caught "
+                   "9 of 10 (in 95 % of runs: not met).")
+
+
+def test_the_readme_holds_the_gate_against_its_targets():
+    import csv
+
+    import bench_gate_rates
+    with open(ROOT / "benchmarks" / "gate_rates.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    lines = bench_gate_rates.against_targets(rows)
+    assert lines.count("\n") >= 1                     # idle and loaded, both measured
+    assert lines in (ROOT / "README.md").read_text()

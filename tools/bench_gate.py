@@ -16,9 +16,8 @@ suite (``benchmarks/``), as asv would run them, but in one run of a few minutes:
    pinned to the same CPU; a sample is the mean CPU time (``CLOCK``: other processes' load
    does not lengthen it) of enough calls, cycling through the copies, to last
    ``min_sample_s``.
-3. A process keeps a speed of its own for a whole run (where its arrays and code lie: two
-   processes of one commit ran the RNN's large forward up to 20 % apart, all run long), so
-   the processes are the units: each process's median over its rounds is one draw, a
+3. Whatever stays fixed for a process's life (where its arrays and code lie) can give it a
+   speed of its own, so the processes are the units: each process's median over its rounds is one draw, a
    point's change is head's geometric mean over base's, and its 95 % interval is Welch's t
    on their logarithms (``process_ratio``). Beside it, the A/A ratio of the same run and
    point: base's processes in two halves, one over the other (``aa_ratio``). The floor is
@@ -59,6 +58,9 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]        # the checkout whose suite is run
 
+# Worker processes per tree: the units of the interval (see process_ratio). Not 8: in the
+# error-rate runs with 8 a tree, a process's median scattered more than with 4, and the
+# interval came out no narrower (tools/gate_power.py; the README's table of predictions)
 PROCESSES = 4           # worker processes per tree: the units of the interval (see process_ratio)
 ROUNDS = 5              # every process times every point once a round
 MIN_SAMPLE_S = 0.03     # one sample: calls enough to last this long
@@ -67,9 +69,7 @@ MIN_CHANGE = 0.03
 SEED = 0                # the orders of points and workers in each round
 # Each worker sets a timed point up this many times, each copy's arrays at other addresses
 # (a spacer of a random size allocated before each), and a sample cycles through the copies.
-# Where its arrays lie moves a kernel's time: in one process, eight copies of the RNN's large
-# forward ran from 0.85 to 1.06 of their median, and two processes of one commit, each with
-# one copy, differed by up to 20 % for a whole run. Averaged over copies, a sample measures the
+# Where its arrays lie can move a kernel's time; averaged over copies, a sample measures the
 # kernel, not one placement of its inputs.
 PLACEMENTS = 4
 TRAILER = "Bench-Accept"
@@ -293,10 +293,9 @@ def shuffle_layout(rng=None):
     """Small objects of random number and sizes, allocated before anything else of the
     worker's and returned to be kept: every later allocation of the process (the harness's
     modules, the kernels' own temporaries) lands at offsets of its own. Without it, the
-    processes of one tree run the same allocations in the same order and share one layout: in
-    one A/A run all four processes of a second export of a commit ran the GRU's large backward
-    10 % [3, 17 %] slower than all four of the first, while their machine code was byte for
-    byte the same (objdump of the two Numba caches)."""
+    processes of one tree run the same allocations in the same order and could share one
+    layout, which the interval (processes as the units) would then count as the tree's
+    speed."""
     import random
     rng = rng or random.SystemRandom()
     return [bytearray(rng.randint(16, 4096)) for _ in range(rng.randint(1, 512))]
@@ -413,9 +412,9 @@ def process_ratio(head, base, confidence=None):
     """(ratio, low, high): head's time over base's, and its Welch t interval, the processes the
     units. ``head``, ``base``: (processes, rounds) seconds.
 
-    A process keeps a speed of its own for a whole run (where its arrays and its code lie:
-    two processes of one commit ran a kernel up to 20 % apart), so rounds in one process are
-    not independent draws of the commit's speed; processes are. Each process's median over
+    Whatever stays fixed for a process's life (where its arrays and its code lie) can give it
+    a speed of its own, so rounds in one process are not independent draws of the commit's
+    speed; processes are. Each process's median over
     its rounds is one draw, the ratio is that of the geometric means of head's and base's
     draws, and the interval is Welch's on their logarithms."""
     import numpy as np
@@ -577,15 +576,15 @@ def exactly(ids):
 
 def confirm(report, again):
     """A point flagged slower stays so only if ``again``, a second run with fresh processes
-    (each with its own layout), flags it too; otherwise it is 'unconfirmed' (reported, not
-    failed). Each point keeps the second run's ratio and interval under "confirmation"."""
-    second = {p["id"]: p for p in again["points"] if "ratio" in p}
+    (each with its own layout), flags it too (the same point of the same label); otherwise it
+    is 'unconfirmed' (reported, not failed). Each point keeps the second run's ratio and interval under "confirmation"."""
+    second = {(p.get("label"), p["id"]): p for p in again["points"] if "ratio" in p}
     for p in report["points"]:
         if p["verdict"] != "slower":
             continue
-        q = second.get(p["id"])
+        q = second.get((p.get("label"), p["id"]))
         p["confirmation"] = ({k: q[k] for k in ("ratio", "lo", "hi", "aa_ratio", "floor",
-                                                 "verdict")} if q else None)
+                                                 "verdict", "samples") if k in q} if q else None)
         if q is None or q["verdict"] != "slower":
             p["verdict"] = "unconfirmed"
     report["seconds"] += again["seconds"]

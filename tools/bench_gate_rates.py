@@ -15,7 +15,11 @@ One run is one ``bench_gate.run`` with the gate's own settings (``PROCESSES``, `
 
 The patched folders are throwaway trees under /tmp, never committed. ``--load`` runs a second
 process beside the gate for the whole run: one thread multiplying 400 x 400 matrices without
-a pause. Each run's row records the load average (``os.getloadavg``) at its start and end:
+a pause. ``--condition asv`` labels runs made while the caller runs asv's long suite beside
+them (``HARNESS_BENCH_SUITE=long asv run``: one benchmark process at a time). A point flagged
+slower is timed again by fresh processes, as the gate does (``--no-confirm``: not);
+``--processes`` sets the workers a tree (the gate's 4 by default). Each run's row records
+the load average (``os.getloadavg``) at its start and end:
 the machine is shared, so "idle" means no load of ours, and the numbers say what there was.
 
 Writes one CSV row per (run, label, point) to ``--out`` (appending), and prints a summary.
@@ -71,31 +75,81 @@ def trees_for(base, root):
     return out
 
 
-CONDITIONS = {"idle": "no load of ours", "loaded": "a second process of ours"}
+CONDITIONS = {"idle": "no load of ours", "loaded": "a second process of ours",
+              "asv": "asv's long suite beside it"}
 
 
 def summary(rows):
-    """The README's table of error rates from the CSV's rows (dicts): per condition, the
-    runs, their load averages at the start, the A/A points flagged (either way) of all A/A
-    points, and per injected level the runs whose slowdown was flagged slower."""
-    lines = ["| condition | runs | load average at the start | A/A points flagged | "
-             "5 % caught | 10 % caught | 25 % caught |", "|---|---|---|---|---|---|---|"]
+    """The README's table of error rates from the CSV's rows (dicts), one line per condition
+    and gate design: runs with the confirmation step (a point flagged slower fails the gate
+    only if fresh processes flag it again) and runs of the first stage alone (before the step
+    existed; their 'failing' cells are '—'). Per line: the runs, their load averages at the
+    start, the A/A points flagged at the first stage (either way) and failing the gate (slower,
+    confirmed) of all A/A points, and per injected level the runs whose slowdown failed the gate
+    (first stage only: flagged slower)."""
+    lines = ["| condition | gate | runs | load average at the start | A/A points flagged "
+             "(first stage) | A/A points failing the gate | 5 % caught | 10 % caught | "
+             "25 % caught |", "|---|---|---|---|---|---|---|---|---|"]
+    designs = sorted({int(r.get("processes") or bench_gate.PROCESSES) for r in rows})
     for cond, words in CONDITIONS.items():
-        mine = [r for r in rows if r["condition"] == cond]
+        for procs, step in [(p, s) for p in designs for s in (True, False)]:
+            mine = [r for r in rows if r["condition"] == cond
+                    and (r.get("stages", "1") == "2") == step
+                    and int(r.get("processes") or bench_gate.PROCESSES) == procs]
+            if not mine:
+                continue
+            runs = sorted({r["run"] for r in mine})
+            loads = [float(r["load_start"]) for r in mine]
+            aa = [r for r in mine if r["label"] == "head"]
+            first = sum(r["verdict"] in ("slower", "faster") for r in aa)
+            n = max(len(aa), 1)
+            failing = (f"{sum(_fails(r) for r in aa)} of {len(aa)} "
+                       f"({100 * sum(_fails(r) for r in aa) / n:.1f} %)" if step else "—")
+            cells = []
+            for label in LEVELS:
+                hit = [r for r in mine if r["label"] == label]
+                cells.append(f"{sum(_fails(r) if step else r['verdict'] == 'slower' for r in hit)}"
+                             f" of {len(hit)}")
+            lines.append(f"| {words} | {procs} processes, "
+                         f"{'with confirmation' if step else 'first stage only'} | "
+                         f"{len(runs)} | {min(loads):.1f}–{max(loads):.1f} | "
+                         f"{first} of {len(aa)} ({100 * first / n:.1f} %) | {failing} | "
+                         + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def against_targets(rows, processes=bench_gate.PROCESSES, runs_wanted=10, false_max=0.01,
+                    caught_min=0.95):
+    """One line per condition for the gate as it is (``processes`` a tree, both stages): its
+    runs, its A/A points failing the gate and its 10 % slowdowns failing it, each against the
+    issue's target (at most ``false_max`` of points per A/A run, ``caught_min`` of runs, at
+    least ``runs_wanted`` runs), 'met' or 'not met'."""
+    out = []
+    for cond, words in CONDITIONS.items():
+        mine = [r for r in rows if r["condition"] == cond and r.get("stages") == "2"
+                and int(r.get("processes") or 4) == processes]
         if not mine:
             continue
-        runs = sorted({r["run"] for r in mine})
-        loads = [float(r["load_start"]) for r in mine]
+        runs = len({r["run"] for r in mine})
         aa = [r for r in mine if r["label"] == "head"]
-        bad = sum(r["verdict"] in ("slower", "faster") for r in aa)
-        cells = []
-        for label in LEVELS:
-            hit = [r for r in mine if r["label"] == label]
-            cells.append(f"{sum(r['verdict'] == 'slower' for r in hit)} of {len(hit)}")
-        lines.append(f"| {words} | {len(runs)} | {min(loads):.1f}–{max(loads):.1f} | "
-                     f"{bad} of {len(aa)} ({100 * bad / max(len(aa), 1):.1f} %) | "
-                     + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        bad = sum(_fails(r) for r in aa)
+        ten = [r for r in mine if r["label"] == "slow10"]
+        hit = sum(_fails(r) for r in ten)
+
+        def met(ok):
+            return "met" if ok else "not met"
+        out.append(f"- {words}, {processes} processes, both stages: {runs} runs "
+                   f"(ten wanted: {met(runs >= runs_wanted)}); A/A points failing the gate "
+                   f"{bad} of {len(aa)} (at most {100 * false_max:.0f} %: "
+                   f"{met(bad <= false_max * len(aa))}); 10 % slowdowns caught {hit} of "
+                   f"{len(ten)} (in {100 * caught_min:.0f} % of runs: "
+                   f"{met(len(ten) > 0 and hit >= caught_min * len(ten))}).")
+    return "\n".join(out)
+
+
+def _fails(row):
+    """Whether a row's point fails the gate: flagged slower and flagged again."""
+    return row["verdict"] == "slower" and row.get("confirmed") == "yes"
 
 
 def rescore(reports, min_change=bench_gate.MIN_CHANGE):
@@ -115,12 +169,67 @@ def rescore(reports, min_change=bench_gate.MIN_CHANGE):
                          "id": p["id"], "ratio": f"{ratio:.4f}", "lo": f"{lo:.4f}",
                          "hi": f"{hi:.4f}", "floor": f"{floor:.4f}",
                          "verdict": bench_gate.verdict(ratio, lo, hi, floor),
+                         "stages": rep.get("stages", 1),
+                         "processes": rep.get("processes", bench_gate.PROCESSES),
+                         "confirmed": _reconfirmed(p, bench_gate.verdict(ratio, lo, hi, floor),
+                                                   rep.get("stages", 1), min_change),
                          "seconds": f"{rep['seconds']:.0f}"})
     return rows
 
 
+def _reconfirmed(point, first, stages, min_change):
+    """``confirmed`` of a stored point under the rule as it stands: its second stage's ratio
+    and interval judged again against a floor from its own A/A ratio; 'unknown' where the rule
+    now flags a point that the stored run did not time again."""
+    if first != "slower" or stages == 1:
+        return ""
+    if "confirmation" not in point:
+        return "unknown"
+    q = point["confirmation"]
+    if q is None:
+        return "no"
+    again = bench_gate.verdict(q["ratio"], q["lo"], q["hi"],
+                               bench_gate.floor_of(q["aa_ratio"], min_change))
+    return "yes" if again == "slower" else "no"
+
+
+FIELDS = ["run", "clock", "condition", "load_start", "load_end", "label", "id", "ratio", "lo", "hi",
+          "floor", "verdict", "stages", "confirmed", "processes", "seconds"]
+
+
+def confirm_flagged(trees, report, **settings):
+    """The gate's second stage, as ``bench_gate.main`` runs it: every (label, point) flagged
+    slower timed again by fresh processes of its tree and of base; it stays flagged only if
+    flagged again (``bench_gate.confirm``)."""
+    flagged = [(p["label"], p["id"]) for p in report["points"] if p.get("verdict") == "slower"]
+    if not flagged:
+        return report
+    labels = sorted({label for label, _ in flagged})
+    sub = {"base": trees["base"], **{label: trees[label] for label in labels}}
+    only = {label: bench_gate.exactly([pid for lab, pid in flagged if lab == label])
+            for label in labels}
+    again = bench_gate.run(sub, bench=bench_gate.exactly(sorted({pid for _, pid in flagged})),
+                           only=only, say=lambda *_: None, **settings)
+    return bench_gate.confirm(report, again)
+
+
+def first_verdict(point):
+    """The first stage's verdict (the confirmation step turns an unconfirmed 'slower' into
+    'unconfirmed')."""
+    return "slower" if point["verdict"] == "unconfirmed" else point["verdict"]
+
+
+def confirmed(point, step_ran):
+    """For a point flagged slower at the first stage of a run with the confirmation step:
+    'yes' (flagged again by fresh processes: the gate fails) or 'no' (not: the gate passes);
+    '' for every other point and for runs without the step."""
+    if first_verdict(point) != "slower" or not step_ran:
+        return ""
+    return "yes" if point["verdict"] == "slower" else "no"
+
+
 def w_cond(args):
-    return "loaded" if args.load else "idle"
+    return args.condition or ("loaded" if args.load else "idle")
 
 
 def main(argv=None):
@@ -131,9 +240,16 @@ def main(argv=None):
                     help="a .jsonl of stored runs: write --out anew under the gate's rule")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--load", action="store_true", help="a second process busy beside the gate")
+    ap.add_argument("--condition", choices=sorted(CONDITIONS), default=None,
+                    help="what the row says ran beside the gate: 'asv' when the caller runs "
+                         "asv's long suite (default: loaded with --load, else idle)")
     ap.add_argument("--trees", default="/tmp/bench-gate-rates")
     ap.add_argument("--out", default=None)
     ap.add_argument("--clock", choices=sorted(bench_gate.CLOCKS), default=bench_gate.CLOCK)
+    ap.add_argument("--processes", type=int, default=bench_gate.PROCESSES,
+                    help="worker processes a tree (the gate's --processes)")
+    ap.add_argument("--no-confirm", dest="confirm", action="store_false",
+                    help="skip the gate's second stage (points flagged slower timed again)")
     args = ap.parse_args(argv)
     if args.rescore:
         with open(args.rescore) as f:
@@ -153,8 +269,7 @@ def main(argv=None):
     base = bench_gate.resolve(args.base)
     trees = trees_for(base, args.trees)
     only = {label: "^" + INJECTED.replace("(", r"\(").replace(")", r"\)") + "$" for label in LEVELS}
-    fields = ["run", "clock", "condition", "load_start", "load_end", "label", "id", "ratio", "lo", "hi",
-              "floor", "verdict", "seconds"]
+    fields = FIELDS
     new = not pathlib.Path(args.out).exists()
     with open(args.out, "a", newline="") as f, open(pathlib.Path(args.trees) / "workers.log", "a") as log:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -165,7 +280,11 @@ def main(argv=None):
             try:
                 time.sleep(1.0 if loader else 0)
                 report = bench_gate.run(trees, bench="^Kernels", only=only, log=log,
-                                        say=lambda *_: None, clock=args.clock)
+                                        say=lambda *_: None, clock=args.clock,
+                                        processes=args.processes)
+                if args.confirm:
+                    confirm_flagged(trees, report, log=log, clock=args.clock,
+                                    processes=args.processes)
             finally:
                 if loader is not None:
                     loader.terminate()
@@ -174,16 +293,20 @@ def main(argv=None):
             for p in report["points"]:
                 if "ratio" not in p:
                     continue
-                w.writerow({"run": tag, "clock": args.clock, "condition": "loaded" if args.load else "idle",
+                w.writerow({"run": tag, "clock": args.clock, "condition": w_cond(args),
                             "load_start": f"{report['load'][0][0]:.2f}",
                             "load_end": f"{report['load'][-1][0]:.2f}",
                             "label": p["label"], "id": p["id"], "ratio": f"{p['ratio']:.4f}",
                             "lo": f"{p['lo']:.4f}", "hi": f"{p['hi']:.4f}",
-                            "floor": f"{p['floor']:.4f}", "verdict": p["verdict"],
+                            "floor": f"{p['floor']:.4f}", "verdict": first_verdict(p),
+                            "stages": 2 if args.confirm else 1,
+                            "confirmed": confirmed(p, args.confirm),
+                            "processes": args.processes,
                             "seconds": f"{report['seconds']:.0f}"})
             f.flush()
             with open(pathlib.Path(args.out).with_suffix(".jsonl"), "a") as raw:   # the samples
-                raw.write(bench_gate.json.dumps(dict(report, run=tag, condition=w_cond(args))) + "\n")
+                raw.write(bench_gate.json.dumps(dict(report, run=tag, condition=w_cond(args),
+                                                     stages=2 if args.confirm else 1)) + "\n")
             aa = [p for p in report["points"] if p.get("label") == "head" and "ratio" in p]
             caught = {p["label"]: p["verdict"] for p in report["points"] if p.get("label") in LEVELS}
             print(f"run {run + 1}/{args.runs}: load {report['load'][0][0]:.2f} -> "
