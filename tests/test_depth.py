@@ -988,3 +988,87 @@ def test_tables_read_each_trace_once_and_keep_only_what_the_schedule_reuses():
                                   .drop(columns="trace_seconds"))
     assert sorted(kept) == [("lru", 5, 2), ("lru-scan", 5, 2), ("rnn", 5, 2)]
     assert heard == []                                   # no trace took a second
+
+
+# ------------------------------------------------------------------ --shape and --forward
+
+@pytest.mark.parametrize("text, expected", [
+    ("W_hh=3*d,d", ("W_hh", ("3*d", "d"))),
+    ("X=4,T", ("X", ("4", "T"))),
+    ("b=1,1*T", ("b", ("1", "1*T"))),
+])
+def test_a_shape_names_an_input_and_its_dimensions(text, expected):
+    assert depth.parse_shape(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("X=T=d", "each dimension of X must be a positive integer, T, d or k*T / k*d, got 'T=d'"),
+    ("1X=T", "expected NAME=DIM,DIM,..."),
+    ("=T", "expected NAME=DIM,DIM,..."),
+    ("X=", "expected NAME=DIM,DIM,..."),
+    ("X=0,d", "got '0'"),
+    ("X=0*d", "got '0*d'"),
+    ("X=x*d", "got 'x*d'"),
+    ("X=T*", "got 'T*'"),
+    ("X=2*q", "got '2*q'"),
+])
+def test_a_bad_shape_is_refused_naming_the_argument_and_the_token(text, message):
+    with pytest.raises(ValueError, match="^--shape: ") as err:
+        depth.parse_shape(text)
+    assert message in str(err.value)
+
+
+def test_forward_is_refused_before_any_import_when_it_names_no_function():
+    for spec in (":f", "harness:1f", "f"):
+        with pytest.raises(ValueError, match="--forward: expected package.module:function or "
+                                             "file.py:function"):
+            depth.load_forward(spec)
+    # the function is after the last colon: what comes before is the module, whole
+    with pytest.raises(ValueError, match="cannot import 'a.b:c'"):
+        depth.load_forward("a.b:c:f")
+    with pytest.raises(ValueError, match="--forward: no file 'nofile.py'"):
+        depth.load_forward("nofile.py:f")
+
+
+def test_forward_from_a_file_is_loaded_under_a_name_of_its_own(tmp_path):
+    src = tmp_path / "mymod.py"
+    src.write_text("def f(X):\n    return X\n")
+    f = depth.load_forward(f"{src}:f")
+    assert f.__module__ == "_harness_forward_mymod" and f(3) == 3
+    with pytest.raises(ValueError, match=f"--forward: '{re.escape(str(src))}' has no function "
+                                         "'nofn'"):
+        depth.load_forward(f"{src}:nofn")
+
+
+def test_forward_from_a_module_looks_in_the_working_folder_first(tmp_path, monkeypatch):
+    import os
+    import sys
+    (tmp_path / "cwdmod_forward.py").write_text("def g(X):\n    return 2 * X\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    assert depth.load_forward("cwdmod_forward:g")(2) == 4
+    assert sys.path[0] == os.getcwd()                   # put first, not after the others
+    monkeypatch.setattr(sys, "path", ["", *[p for p in sys.path if p != os.getcwd()]])
+    before = list(sys.path)
+    depth.load_forward("cwdmod_forward:g")
+    assert sys.path == before                          # "" is the working folder already
+
+
+def test_forward_tables_count_every_input_at_every_length_under_the_name_given(tmp_path):
+    path = _write_forward(tmp_path)
+    shapes = {"X": ("T", "d"), "W1": ("d", "d"), "U1": ("d", "d"), "W2": ("d", "d"),
+              "U2": ("d", "d")}
+    counts, tab = depth.forward_tables(f"{path}:rnn2", shapes, [5, 9], 3, name="two layers")
+    want = pd.DataFrame([dict(model="two layers", T=T, d=3, part=p, macs=9 * T, flops=18 * T)
+                         for T in (5, 9) for p in ("U1", "U2", "W1", "W2")])
+    pd.testing.assert_frame_equal(counts, want)
+    assert tab.model.tolist() == ["two layers"] * 2 and tab["T"].tolist() == [5, 9]
+    # without a name, the spec names it
+    counts, _ = depth.forward_tables(f"{path}:rnn2", shapes, [5], 3)
+    assert set(counts.model) == {f"{path}:rnn2"}
+
+
+@pytest.mark.parametrize("tok, size", [("4", 4), ("T", 5), ("d", 6), ("3*d", 18), ("1*T", 5),
+                                       ("2*T", 10)])
+def test_a_dimension_is_sized_at_the_traced_lengths(tok, size):
+    assert depth._size(tok, 5, 6) == size
