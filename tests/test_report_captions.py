@@ -653,3 +653,24 @@ def test_wall_caption_says_which_intervals_were_widened_for_lack_of_fit_and_by_h
                                  "exponents": e.assign(lack_of_fit=[1.0, 2.154])})
     assert (f"{RECURRENCE} 1.00 [0.90, 1.10] (widened where the medians stray from the fitted "
             f"curve beyond the rounds' noise, by ×2.15 for {RECURRENCE}).") in cap
+
+
+def test_linear_caption_at_three_lengths_without_rounds_and_with_a_single_measured_length():
+    f = _linear_frames()
+    f["depth"] = pd.DataFrame([dict(model=m, T=T, d=512, span=s)
+                               for m, spans in ((_LIN[0], (59, 509, 2009)), (_LIN[1], (10, 10, 10)),
+                                                (_LIN[2], (10, 25, 40)))
+                               for T, s in zip((50, 500, 2000), spans)])
+    mem = f["peak_memory"]
+    mem = mem[~((mem.model == _LIN[2]) & (mem["T"] == 1024))].copy()   # chunked: one T only
+    mem.loc[(mem.model == _LIN[0]) & (mem["T"] == 4096), "output_bytes"] = math.nan
+    f["peak_memory"] = mem
+    f["wall_times"] = f["wall_times"].drop(columns="rounds")
+    cap = captions.caption_linear(f)
+    assert ("Traced at d = 512 and T = 2,000, the spans differ in kind: recurrent 2,009, "
+            "parallel 10, chunked 40 operations (at T = 50: 59, 10, 10)") in cap
+    # a NaN outside peak_bytes keeps its row; one length measured: no growth exponent
+    assert ("Peak memory of one forward at T = 4,096 (float32, d = 64): recurrent 4.0 MiB "
+            "(T^1.00), parallel 256.0 MiB (T^2.00), chunked 6.0 MiB. ") in cap
+    assert "Forward time at T = 2,048 (d = 512): recurrent 1,500.0 ms" in cap
+    assert "XXXX" not in cap and "nan" not in cap
