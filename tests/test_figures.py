@@ -843,3 +843,19 @@ def test_encode_keeps_what_lies_outside_the_figure():
     svg = files["svg"].decode("utf-8")
     height = float(re.search(r'<svg[^>]*height="([\d.]+)pt"', svg).group(1))
     assert height > 2 * 72
+
+
+def test_gated_caption_word_for_word_in_the_frames_order_at_unit_scale_only():
+    f = _gated_frame()
+    # the same LSTM at input scale 3, far worse: not what the unit-scale sentence reads
+    other = f[f.model == "lstm"].assign(input_scale=3.0, log10_norm=lambda x: -9.0 * x.distance)
+    cap = captions.caption_gated({"gated_decay": pd.concat([f, other], ignore_index=True)})
+    # k = 20 = T - 1; the LSTM first, as in the frame (not sorted by name)
+    assert cap == (
+        "With unit-scale inputs, the gradient stays within 10^-3 of its value at k = 1: the "
+        "LSTM's out to k = 11 at gate bias 0, k = 20 at gate bias 3; the GRU's out to k = 20 at "
+        "gate bias 1; the tanh RNN's at best out to k = 7. At k = 20: LSTM at gate bias 0: "
+        "10^-6.0 (its additive route 10^-12.0), LSTM at gate bias 3: 10^-0.2 (its additive route "
+        "10^-0.4), GRU at gate bias 1: 10^-2.0 (its additive route 10^-4.0). The gates open a "
+        "route that survives, but its norm still falls with distance: the trip is survivable, "
+        "not short (the span and path length in the depth section grow with T as the RNN's).")
