@@ -468,3 +468,39 @@ def test_an_unsupported_operation_names_the_line_that_called_it():
         X > 0
     with pytest.raises(TypeError, match=r"np\.asarray .* is not traced"):
         np.asarray(X)
+
+
+def test_called_at_names_the_callers_file_line_and_code():
+    import inspect
+    here = inspect.currentframe().f_lineno + 1
+    got = trace._called_at()
+    assert got == f" (called at {__file__}:{here}: got = trace._called_at())"
+
+
+def test_called_at_skips_numpys_frames_and_code_without_a_file():
+    import inspect
+    ns = {"_called_at": trace._called_at}
+    exec("def cb(row):\n    return _called_at()\n", ns)          # a frame of "<string>"
+    here = inspect.currentframe().f_lineno + 1
+    got = np.apply_along_axis(ns["cb"], 0, np.zeros((1, 1), dtype=object))[0]
+    # apply_along_axis is NumPy's Python code, between this line and the callback
+    assert got == (f" (called at {__file__}:{here}: got = np.apply_along_axis(ns[\"cb\"], 0, "
+                   f"np.zeros((1, 1), dtype=object))[0])")
+
+
+def test_called_at_says_nothing_when_every_frame_is_the_tracers_or_numpys(monkeypatch):
+    import traceback
+    frames = [traceback.FrameSummary(np.__file__, 1, "f", line="x"),
+              traceback.FrameSummary(trace.__file__, 2, "g", line="y"),
+              traceback.FrameSummary("<string>", 3, "h", line="z"),
+              traceback.FrameSummary(trace.__file__, 4, "_called_at", line="w")]
+    monkeypatch.setattr(traceback, "extract_stack", lambda: list(frames))
+    assert trace._called_at() == ""
+
+
+def test_called_at_of_a_line_whose_source_is_gone_names_the_file_and_line_alone(monkeypatch):
+    import traceback
+    frames = [traceback.FrameSummary("/nonexistent/user_forward.py", 7, "forward", line=None),
+              traceback.FrameSummary(trace.__file__, 4, "_called_at", line="w")]
+    monkeypatch.setattr(traceback, "extract_stack", lambda: list(frames))
+    assert trace._called_at() == " (called at /nonexistent/user_forward.py:7: )"
