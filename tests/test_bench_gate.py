@@ -313,8 +313,9 @@ def test_the_error_rate_table_counts_false_alarms_and_detections():
             + [_row(r, "idle", "slow25", "slower") for r in ("r1", "r2")])
     lines = bench_gate_rates.summary(rows).splitlines()
     assert len(lines) == 3                                   # no loaded rows: no loaded line
-    assert lines[2] == ("| no load of ours | 4 processes, first stage only | 2 | 0.5–2.5 | 1 of 48 (2.1 %) | "
-                        "— | 1 of 2 | 2 of 2 | 2 of 2 |")
+    assert lines[2] == ("| no load of ours | 4 processes, first stage only | 2 | 0.5–2.5 | "
+                        "1 of 48 (0–11 %) | — | 1 of 2 (1–99 %) | 2 of 2 (16–100 %) | "
+                        "2 of 2 (16–100 %) |")
 
 
 def test_with_the_confirmation_step_a_point_fails_only_when_flagged_twice():
@@ -330,10 +331,11 @@ def test_with_the_confirmation_step_a_point_fails_only_when_flagged_twice():
             + [_row("r4", "loaded", lab, "slower", "4.0") for lab in ("slow5", "slow10")])
     lines = bench_gate_rates.summary(rows).splitlines()
     assert lines[2:] == [
-        "| a second process of ours | 4 processes, with confirmation | 1 | 3.0–3.0 | 2 of 28 (7.1 %) | "
-        "1 of 28 (3.6 %) | 0 of 1 | 1 of 1 | 0 of 1 |",
-        "| a second process of ours | 4 processes, first stage only | 1 | 4.0–4.0 | 0 of 28 (0.0 %) | — | "
-        "1 of 1 | 1 of 1 | 0 of 0 |"]
+        "| a second process of ours | 4 processes, with confirmation | 1 | 3.0–3.0 | "
+        "2 of 28 (1–24 %) | 1 of 28 (0–18 %) | 0 of 1 (0–98 %) | 1 of 1 (3–100 %) | "
+        "0 of 1 (0–98 %) |",
+        "| a second process of ours | 4 processes, first stage only | 1 | 4.0–4.0 | "
+        "0 of 28 (0–12 %) | — | 1 of 1 (3–100 %) | 1 of 1 (3–100 %) | 0 of 0 |"]
 
 
 def test_a_row_says_whether_its_slower_point_was_confirmed():
@@ -386,8 +388,35 @@ def test_the_gate_is_held_against_the_issues_targets_per_condition():
                     processes="4")])
     got = bench_gate_rates.against_targets(rows, processes=8)
     assert got == ("- no load of ours, 8 processes, both stages: 10 runs (ten wanted: met); A/A "
-                   "points failing the gate 1 of 281 (at most 1 %: met); 10 % slowdowns caught "
-                   "9 of 10 (in 95 % of runs: not met).")
+                   "points failing the gate 1 of 281 (0.4 %; 0.0–2.0 %) (at most 1 %: not settled "
+                   "by these runs); 10 % slowdowns caught 9 of 10 (55–100 %) (in 95 % of runs: "
+                   "not settled by these runs).")
+
+
+@pytest.mark.parametrize("k, n, target, below, verdict", [
+    (0, 1000, 0.01, True, "met"),                       # at most 0.37 %
+    (0, 280, 0.01, True, "not settled by these runs"),  # up to 1.3 %
+    (30, 1000, 0.01, True, "not met"),                  # at least 2.0 %
+    (200, 200, 0.95, False, "met"),                     # at least 98.2 %
+    (10, 10, 0.95, False, "not settled by these runs"),  # from 69 %
+    (1, 10, 0.95, False, "not met"),                    # at most 45 %
+])
+def test_a_target_is_judged_by_the_whole_interval_on_either_side(k, n, target, below, verdict):
+    import bench_gate_rates
+    assert bench_gate_rates._judge(k, n, target, below) == verdict
+
+
+def test_the_share_interval_is_clopper_pearsons():
+    """Computed another way: with no successes the upper bound solves (1 - p)^n = 0.025, with
+    all of them the lower bound solves p^n = 0.025."""
+    import bench_gate_rates
+    for n in (3, 10, 280):
+        assert bench_gate_rates.bounds(0, n) == (0.0, pytest.approx(1 - 0.025 ** (1 / n)))
+        assert bench_gate_rates.bounds(n, n) == (pytest.approx(0.025 ** (1 / n)), 1.0)
+    lo, hi = bench_gate_rates.bounds(1, 10)                 # tables: 0.0025, 0.4450
+    assert (round(lo, 4), round(hi, 4)) == (0.0025, 0.445)
+    with pytest.raises(ValueError, match="0 <= k <= n and n >= 1, got k=3, n=2"):
+        bench_gate_rates.bounds(3, 2)
 
 
 def test_the_readme_holds_the_gate_against_its_targets():
@@ -399,3 +428,17 @@ def test_the_readme_holds_the_gate_against_its_targets():
     lines = bench_gate_rates.against_targets(rows)
     assert lines.count("\n") >= 1                     # idle and loaded, both measured
     assert lines in (ROOT / "README.md").read_text()
+
+
+def test_the_stored_rows_follow_from_the_stored_samples_under_the_gates_rule():
+    """benchmarks/gate_rates.csv is what rescoring gate_rates.jsonl (every sample kept) gives,
+    column for column: no row was typed or edited by hand."""
+    import csv
+    import json
+
+    import bench_gate_rates
+    with open(ROOT / "benchmarks" / "gate_rates.jsonl") as f:
+        got = bench_gate_rates.rescore([json.loads(line) for line in f])
+    with open(ROOT / "benchmarks" / "gate_rates.csv", newline="") as f:
+        want = list(csv.DictReader(f))
+    assert [{k: str(v) for k, v in r.items()} for r in got] == want

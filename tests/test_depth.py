@@ -1046,12 +1046,15 @@ def test_forward_from_a_module_looks_in_the_working_folder_first(tmp_path, monke
     (tmp_path / "cwdmod_forward.py").write_text("def g(X):\n    return 2 * X\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
-    assert depth.load_forward("cwdmod_forward:g")(2) == 4
-    assert sys.path[0] == os.getcwd()                   # put first, not after the others
-    monkeypatch.setattr(sys, "path", ["", *[p for p in sys.path if p != os.getcwd()]])
-    before = list(sys.path)
-    depth.load_forward("cwdmod_forward:g")
-    assert sys.path == before                          # "" is the working folder already
+    try:
+        assert depth.load_forward("cwdmod_forward:g")(2) == 4
+        assert sys.path[0] == os.getcwd()               # put first, not after the others
+        monkeypatch.setattr(sys, "path", ["", *[p for p in sys.path if p != os.getcwd()]])
+        before = list(sys.path)
+        depth.load_forward("cwdmod_forward:g")
+        assert sys.path == before                      # "" is the working folder already
+    finally:
+        sys.modules.pop("cwdmod_forward", None)         # no module of this test left behind
 
 
 def test_forward_tables_count_every_input_at_every_length_under_the_name_given(tmp_path):

@@ -59,8 +59,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]        # the checkout whose suite is run
 
 # Worker processes per tree: the units of the interval (see process_ratio). Not 8: in the
-# error-rate runs with 8 a tree, a process's median scattered more than with 4, and the
-# interval came out no narrower (tools/gate_power.py; the README's table of predictions)
+# error-rate runs with 8 a tree, a process's median scattered more than with 4, and 10 %
+# slowdowns were caught less often than predicted (tools/gate_power.py; the README)
 PROCESSES = 4           # worker processes per tree: the units of the interval (see process_ratio)
 ROUNDS = 5              # every process times every point once a round
 MIN_SAMPLE_S = 0.03     # one sample: calls enough to last this long

@@ -86,7 +86,7 @@ def summary(rows):
     existed; their 'failing' cells are '—'). Per line: the runs, their load averages at the
     start, the A/A points flagged at the first stage (either way) and failing the gate (slower,
     confirmed) of all A/A points, and per injected level the runs whose slowdown failed the gate
-    (first stage only: flagged slower)."""
+    (first stage only: flagged slower). Every count with its 95 % interval (``share``)."""
     lines = ["| condition | gate | runs | load average at the start | A/A points flagged "
              "(first stage) | A/A points failing the gate | 5 % caught | 10 % caught | "
              "25 % caught |", "|---|---|---|---|---|---|---|---|---|"]
@@ -102,32 +102,31 @@ def summary(rows):
             loads = [float(r["load_start"]) for r in mine]
             aa = [r for r in mine if r["label"] == "head"]
             first = sum(r["verdict"] in ("slower", "faster") for r in aa)
-            n = max(len(aa), 1)
-            failing = (f"{sum(_fails(r) for r in aa)} of {len(aa)} "
-                       f"({100 * sum(_fails(r) for r in aa) / n:.1f} %)" if step else "—")
+            failing = share(sum(_fails(r) for r in aa), len(aa)) if step else "—"
             cells = []
             for label in LEVELS:
                 hit = [r for r in mine if r["label"] == label]
-                cells.append(f"{sum(_fails(r) if step else r['verdict'] == 'slower' for r in hit)}"
-                             f" of {len(hit)}")
+                cells.append(share(sum(_fails(r) if step else r["verdict"] == "slower"
+                                       for r in hit), len(hit)))
             lines.append(f"| {words} | {procs} processes, "
                          f"{'with confirmation' if step else 'first stage only'} | "
                          f"{len(runs)} | {min(loads):.1f}–{max(loads):.1f} | "
-                         f"{first} of {len(aa)} ({100 * first / n:.1f} %) | {failing} | "
-                         + " | ".join(cells) + " |")
+                         f"{share(first, len(aa))} | {failing} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def against_targets(rows, processes=bench_gate.PROCESSES, runs_wanted=10, false_max=0.01,
                     caught_min=0.95):
     """One line per condition for the gate as it is (``processes`` a tree, both stages): its
-    runs, its A/A points failing the gate and its 10 % slowdowns failing it, each against the
-    issue's target (at most ``false_max`` of points per A/A run, ``caught_min`` of runs, at
-    least ``runs_wanted`` runs), 'met' or 'not met'."""
+    runs, its A/A points failing the gate and its 10 % slowdowns failing it, each with its 95 %
+    interval against the issue's target (at most ``false_max`` of points per A/A run,
+    ``caught_min`` of runs, at least ``runs_wanted`` runs): 'met' where the whole interval is
+    on the target's side, 'not met' where it is all on the other, else 'not settled by these
+    runs'."""
     out = []
     for cond, words in CONDITIONS.items():
         mine = [r for r in rows if r["condition"] == cond and r.get("stages") == "2"
-                and int(r.get("processes") or 4) == processes]
+                and int(r.get("processes") or bench_gate.PROCESSES) == processes]
         if not mine:
             continue
         runs = len({r["run"] for r in mine})
@@ -135,16 +134,47 @@ def against_targets(rows, processes=bench_gate.PROCESSES, runs_wanted=10, false_
         bad = sum(_fails(r) for r in aa)
         ten = [r for r in mine if r["label"] == "slow10"]
         hit = sum(_fails(r) for r in ten)
-
-        def met(ok):
-            return "met" if ok else "not met"
         out.append(f"- {words}, {processes} processes, both stages: {runs} runs "
-                   f"(ten wanted: {met(runs >= runs_wanted)}); A/A points failing the gate "
-                   f"{bad} of {len(aa)} (at most {100 * false_max:.0f} %: "
-                   f"{met(bad <= false_max * len(aa))}); 10 % slowdowns caught {hit} of "
-                   f"{len(ten)} (in {100 * caught_min:.0f} % of runs: "
-                   f"{met(len(ten) > 0 and hit >= caught_min * len(ten))}).")
+                   f"(ten wanted: {'met' if runs >= runs_wanted else 'not met'}); A/A points "
+                   f"failing the gate {share(bad, len(aa))} (at most {100 * false_max:.0f} %: "
+                   f"{_judge(bad, len(aa), false_max, below=True)}); 10 % slowdowns caught "
+                   f"{share(hit, len(ten))} (in {100 * caught_min:.0f} % of runs: "
+                   f"{_judge(hit, len(ten), caught_min, below=False)}).")
     return "\n".join(out)
+
+
+def _judge(k, n, target, below):
+    """'met' / 'not met' / 'not settled by these runs': where the share's 95 % interval lies
+    against ``target`` (``below``: the share must be at most the target, else at least)."""
+    if n == 0:
+        return "not settled by these runs"
+    lo, hi = bounds(k, n)
+    if below:
+        return "met" if hi <= target else "not met" if lo > target else "not settled by these runs"
+    return "met" if lo >= target else "not met" if hi < target else "not settled by these runs"
+
+
+def bounds(k, n, confidence=0.95):
+    """(low, high): the Clopper–Pearson interval of a share of k in n trials (exact for a
+    binomial: 0 of 10 still allows up to 31 %)."""
+    from scipy import stats as sps
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"k and n must satisfy 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    a = (1 - confidence) / 2
+    lo = 0.0 if k == 0 else float(sps.beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(sps.beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
+def share(k, n):
+    """'k of n (lo–hi %)', with the 95 % interval of ``bounds``; to a tenth of a per cent, and
+    with the share itself, from 100 trials on."""
+    if n == 0:
+        return "0 of 0"
+    lo, hi = bounds(k, n)
+    if n < 100:
+        return f"{k} of {n} ({100 * lo:.0f}–{100 * hi:.0f} %)"
+    return f"{k} of {n} ({100 * k / n:.1f} %; {100 * lo:.1f}–{100 * hi:.1f} %)"
 
 
 def _fails(row):
@@ -255,7 +285,7 @@ def main(argv=None):
         with open(args.rescore) as f:
             rows = rescore([bench_gate.json.loads(line) for line in f])
         with open(args.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w = csv.DictWriter(f, fieldnames=FIELDS)
             w.writeheader()
             w.writerows(rows)
         print(summary(rows))
