@@ -204,7 +204,7 @@ def test_backward_checks_every_sequence_of_a_batch(activation):
     rng, X, W_xh, W_hh = _draw(4, batched=True)
     H = rnn.forward(X, W_xh, W_hh, activation=activation)
     H[[1, 2]] = H[[2, 1]]
-    with pytest.raises(ValueError, match=r"^H does not follow from X and h0 in sequence 1:"):
+    with pytest.raises(ValueError, match=r"^H does not follow from X and h0 of sequence 1:"):
         rnn.backward(X, H, W_xh, W_hh, rng.normal(size=H.shape), activation=activation)
 
 

@@ -152,6 +152,13 @@ def common_dtype(name, x):
     return x.dtype
 
 
+def shaped(name, x, expected, dtype=None):
+    """``x`` as a float array of exactly the shape ``expected`` (and ``dtype``, if given)."""
+    x = as_float_array(name, x, len(expected), dtype)
+    check_shape(name, x, expected)
+    return x
+
+
 def check_shape(name, x, expected):
     """``expected`` is a tuple of ints; the message shows both shapes."""
     if tuple(x.shape) != tuple(expected):

@@ -35,6 +35,7 @@ from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels import tiles
 from harness.kernels.blas import matmul
+from harness.kernels.steps import of_sequence
 from harness.kernels.vmath import exp_shifted_inplace, row_dot, row_max, row_sum, tanh_inplace
 
 NONLINEARITIES = ("tanh", None)
@@ -113,11 +114,7 @@ def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, Y, L, work, st
     # scratch int64 (tile_k,).
     B, T, _ = Q.shape
     d_v = V.shape[2]
-    n_s = tile_q * tile_k
-    S_all = work[:n_s]
-    PV = work[n_s:n_s + tile_q * d_v].reshape(tile_q, d_v)
-    acc = work[n_s + tile_q * d_v:n_s + 2 * tile_q * d_v].reshape(tile_q, d_v)
-    m, l, corr = stats[:tile_q], stats[tile_q:2 * tile_q], stats[2 * tile_q:3 * tile_q]
+    S_all, PV, acc, m, l, corr = tiles.forward_work(work, stats, tile_q, tile_k, d_v)
     for b in range(B):
         for i0 in range(0, T, tile_q):
             i1 = min(i0 + tile_q, T)
@@ -128,26 +125,16 @@ def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, Y, L, work, st
             for j0 in range(0, i1 if causal else T, tile_k):
                 j1 = min(j0 + tile_k, i1 if causal else T)
                 bk = j1 - j0
-                S = S_all[:bq * bk].reshape(bq, bk)
-                np.dot(Q[b, i0:i1], K[b, j0:j1].T, S)                 # (bq, bk) scores
+                S = tiles.scores(Q[b, i0:i1], K[b, j0:j1], S_all)    # (bq, bk)
                 for r in range(bq):
                     row = S[r]
-                    w = min(bk, i0 + r + 1 - j0) if causal else bk   # columns row i0 + r sees
-                    if w <= 0:
-                        row[:] = 0.0
-                        corr[r] = 1.0
-                        continue
-                    m_new = max(m[r], row_max(row, w))
-                    corr[r] = math.exp((m[r] - m_new) * scale)       # 0 on the first tile
-                    exp_shifted_inplace(row, w, m_new, scale, scratch)
-                    row[w:] = 0.0
-                    l[r] = l[r] * corr[r] + row_sum(row, w)
-                    m[r] = m_new
+                    w = tiles.visible(bk, i0 + r, j0, causal)        # columns row i0 + r sees
+                    m_new = tiles.online_max(row, w, r, m, corr, scale)
+                    if w > 0:
+                        exp_shifted_inplace(row, w, m_new, scale, scratch)
+                        tiles.online_add(row, w, r, m, l, corr, m_new)
                 np.dot(S, V[b, j0:j1], PV[:bq])                       # (bq, d_v)
-                for r in range(bq):
-                    c = corr[r]
-                    for k in range(d_v):
-                        acc[r, k] = acc[r, k] * c + PV[r, k]
+                tiles.rescale_add(acc, PV, corr, bq)
             for r in range(bq):
                 inv = 1.0 / l[r]
                 for k in range(d_v):
@@ -208,17 +195,15 @@ def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, t
     arg[:] = 0
     for b in range(B):
         for j0 in range(0, T, tile_k):
-            j1 = min(j0 + tile_k, T)
-            bk = j1 - j0
-            K_j, V_j, dK_j, dV_j, tk_v, tk_k = tiles.key_tile(K, V, dK, dV, tmp_k, b, j0, j1)
-            for i0 in range((j0 // tile_q) * tile_q if causal else 0, T, tile_q):
-                i1 = min(i0 + tile_q, T)
-                bq = i1 - i0
-                Q_i, dY_i, P, dP = tiles.query_tile(Q, dY, K_j, P_all, dP_all, b, i0, i1)
+            K_j, V_j, dK_j, dV_j, tk_v, tk_k = tiles.key_tile(K, V, dK, dV, tmp_k, b, j0, tile_k)
+            bk = K_j.shape[0]
+            for i0 in range(tiles.first_query_tile(j0, tile_q, causal), T, tile_q):
+                Q_i, dY_i, P, dP = tiles.query_tile(Q, dY, K_j, P_all, dP_all, b, i0, tile_q)
+                bq = P.shape[0]
                 for r in range(bq):
                     row = P[r]
                     i = i0 + r
-                    w = max(0, min(bk, i + 1 - j0)) if causal else bk
+                    w = max(0, tiles.visible(bk, i, j0, causal))
                     row[w:] = 0.0
                     heavy[r] = False
                     if w == 0:
@@ -231,14 +216,11 @@ def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, t
                     rho[b, i] += total
                     least = HEAVY * rho[b, i]
                     heavy[r] = squares > 0.0 and squares >= least * least   # may hold one
-                np.dot(P.T, dY_i, tk_v)
-                dV_j += tk_v
-                np.dot(dY_i, V_j.T, dP)
+                tiles.add_dV_dP(P, dY_i, V_j, tk_v, dV_j, dP)
                 for r in range(bq):
                     Dr = D[b, i0 + r]
                     p, g = P[r], dP[r]
-                    for col in range(bk):
-                        g[col] = p[col] * (g[col] - Dr) * grad_scale
+                    tiles.softmax_backward_row(p, g, Dr, grad_scale, bk)
                     if heavy[r]:                      # dP again where the weight is heavy,
                         least = HEAVY * rho[b, i0 + r]    # summed as D_i was: 0 if Y_i = V_j
                         for col in range(bk):
@@ -248,7 +230,7 @@ def _attend_backward_tiled(Q, K, V, L, Y, dY, score_scale, grad_scale, causal, t
                                     top[b, i0 + r] = p[col]
                                     arg[b, i0 + r] = j0 + col
                     sigma[b, i0 + r] += row_sum(g, bk)
-                tiles.add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, b, i0, i1)
+                tiles.add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, b, i0)
         for i in range(T):                            # the row's errors, taken out at j*
             if not top[b, i] >= HEAVY * rho[b, i] > 0.0:
                 top[b, i] = 0.0                       # no weight dominates: nothing taken out
@@ -529,7 +511,7 @@ def _raise_first(bad, rows, name, what, shown):
     """The ValueError for the first sampled (sequence, row) marked in ``bad`` (B, k), if any."""
     if bad.any():
         b, n = np.argwhere(bad)[0]
-        where = f"row {rows[n]}" + ("" if bad.shape[0] == 1 else f" of sequence {b}")
+        where = f"row {rows[n]}" + of_sequence(b, bad.shape[0] > 1)
         raise ValueError(f"{name} does not match this forward: in {where}, {what.format(shown[b, n])}. "
                          f"Pass what forward returned for these inputs, with the same scale and causal.")
 
@@ -542,7 +524,7 @@ def _check_weights(A, causal):
     b, i, kind = (int(x) for x in out)
     if kind == 0:
         return
-    at = f"row {i}" + (f" of sequence {b}" if A.shape[0] > 1 else "")
+    at = f"row {i}" + of_sequence(b, A.shape[0] > 1)
     if kind == 1:
         raise ValueError(f"A must hold attention weights (each row sums to 1), but {at} sums to "
                          f"{row_sum(A[b, i], A.shape[2] if not causal else i + 1):.6g}. "
@@ -560,7 +542,7 @@ def _check_lse(L, L2, dtype):
     off = np.abs(L - L2)
     if not np.all(off <= tol):
         b, i = np.unravel_index(int(np.argmax(off - tol)), off.shape)
-        at = f"row {i}" + (f" of sequence {b}" if L.shape[0] > 1 else "")
+        at = f"row {i}" + of_sequence(b, L.shape[0] > 1)
         raise ValueError(f"A (here L, the row log-sum-exp) does not match this forward: {at} is "
                          f"{float(L[b, i]):.9g}, recomputed {float(L2[b, i]):.9g}. Pass the L that "
                          f"forward(..., return_weights=False) returned for these inputs, scale and causal.")
@@ -583,7 +565,7 @@ def _check_row_weights(L, L_dtype, rho, top, dtype):
     if not bad.any():
         return
     b, i = np.argwhere(bad)[0]
-    at = f"row {i}" + (f" of sequence {b}" if L.shape[0] > 1 else "")
+    at = f"row {i}" + of_sequence(b, L.shape[0] > 1)
     ulp = float(np.spacing(np.abs(L[b, i]).astype(L_dtype)))
     r = float(rho[b, i])
     if 0.0 < r < math.inf:

@@ -26,7 +26,6 @@ one GEMM after the loop over every step at once.
 
 from __future__ import annotations
 
-import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -36,8 +35,8 @@ from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
 from harness.kernels import steps
-from harness.kernels.steps import (first_bad_column, nonfinite, same, sigmoid, to_columns, to_rows,
-                                   vec_operands, weak)
+from harness.kernels.steps import (add_to, carry_back, carry_buffers, first_bad_column, input_products,
+                                   matvec, nonfinite, sigmoid, to_rows, weak)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("r", "z", "n")    # the order of the three row blocks of W_ih, W_hh, b_ih, b_hh
@@ -81,16 +80,13 @@ def _forward_vec(X, W_ih, W_hh, b_ih, b_hh, h0, vec_left, H, G, N):
     # W_hh is (3 d_h, d_h), or its contiguous transpose (d_h, 3 d_h) when vec_left.
     # Returns the first step whose pre-activations overflowed, -1 if none
     T, d_h = H.shape
-    np.dot(X, W_ih.T, G)                   # G[t] = W_ih x_t for every t: one GEMM
+    input_products(X, W_ih, G)
     scratch = np.empty(2 * d_h, dtype=np.int64)
     a = np.empty(3 * d_h, dtype=G.dtype)
     h_prev = h0
     bad = -1
     for t in range(T):
-        if vec_left:                       # a = W_hh h_{t-1}: the step that must wait
-            np.dot(h_prev, W_hh, a)
-        else:
-            np.dot(W_hh, h_prev, a)
+        matvec(W_hh, h_prev, vec_left, a)  # a = W_hh h_{t-1}: the step that must wait
         if _gates(G[t], a, N[t], b_ih, b_hh, d_h, scratch) and bad < 0:
             bad = t
         _blend(G[t], h_prev, H[t], d_h)
@@ -99,14 +95,14 @@ def _forward_vec(X, W_ih, W_hh, b_ih, b_hh, h0, vec_left, H, G, N):
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_batch(X, W_ih, W_hhT, b_ih, b_hh, h0, H, G, N):
+def _forward_batch(X, W_ih, W_hhT, b_ih, b_hh, h0, cols, H, G, N):
     # X (B, T, d_in), h0 (B, d_h) -> H (B, T, d_h), G (B, T, 3 d_h), N (B, T, d_h), in the
     # caller's batch-major layout: each step gathers its B rows into a contiguous buffer for the
-    # GEMM. W_hhT is W_hh^T made contiguous, (d_h, 3 d_h). Returns the first (step, sequence)
-    # whose pre-activations overflowed
+    # GEMM. W_hhT is W_hh^T made contiguous, (d_h, 3 d_h); cols is not read (every loop takes
+    # the same arguments; see steps.loop). Returns the first (step, sequence) whose pre-activations
+    # overflowed
     B, T, d_h = H.shape
-    d_in = X.shape[2]
-    np.dot(X.reshape(B * T, d_in), W_ih.T, G.reshape(B * T, 3 * d_h))   # every input product at once
+    input_products(X, W_ih, G)
     scratch = np.empty(2 * d_h, dtype=np.int64)
     a = np.empty((B, 3 * d_h), dtype=G.dtype)
     h = h0.copy()                          # (B, d_h): h_{t-1}, then h_t
@@ -117,23 +113,20 @@ def _forward_batch(X, W_ih, W_hhT, b_ih, b_hh, h0, H, G, N):
             g = G[r, t]
             if _gates(g, a[r], N[r, t], b_ih, b_hh, d_h, scratch) and bad_t < 0:
                 bad_t, bad_r = t, r
-            hr = H[r, t]
-            _blend(g, h[r], hr, d_h)
-            for k in range(d_h):
-                h[r, k] = hr[k]
+            _blend(g, h[r], H[r, t], d_h)
+            h[r, :] = H[r, t]
     return bad_t, bad_r
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, H, G, N):
+def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, cols, H, G, N):
     # As _forward_batch, with the step's quantities as columns, (3 d_h, B) and (d_h, B):
     # a = W_hh h^T. For float32, OpenBLAS runs (3 d_h, d_h) @ (d_h, B) about 1.4 times as fast
     # as (B, d_h) @ (d_h, 3 d_h) (B = 32, d_h = 256, one thread), more than the transposed
     # reads and writes of the rows cost; for float64 the rows form is the faster
     B, T, d_h = H.shape
-    d_in = X.shape[2]
     n = 3 * d_h
-    np.dot(X.reshape(B * T, d_in), W_ih.T, G.reshape(B * T, n))   # every input product at once
+    input_products(X, W_ih, G)
     scratch = np.empty(2 * d_h * B, dtype=np.int64)
     a = np.empty((n, B), dtype=G.dtype)
     af = a.reshape(n * B)
@@ -209,68 +202,34 @@ def _backward_vec(H, h0, dH, M, vec_left, G, N):
     dh = np.empty(d_h, dtype=H.dtype)
     direct = np.empty(d_h, dtype=H.dtype)
     for t in range(T - 1, -1, -1):
-        for k in range(d_h):
-            dh[k] = dH[t, k] + carry[k]
+        add_to(dh, dH[t], carry)
         h_prev = H[t - 1] if t > 0 else h0
-        g = G[t]
-        _step_backward(g, N[t], h_prev, dh, direct, d_h)
-        if vec_left:                           # carry = W_hh^T dl/da_h + z dh
-            np.dot(g, M, carry)
-        else:
-            np.dot(M, g, carry)
+        _step_backward(G[t], N[t], h_prev, dh, direct, d_h)
+        matvec(M, G[t], vec_left, carry)       # carry = W_hh^T dl/da_h + z dh
         for k in range(d_h):
             carry[k] += direct[k]
     return carry
 
 
 @njit(cache=True, error_model="numpy")
-def _backward_batch(H, h0, dH, W_hh, G, N):
+def _backward_batch(H, h0, dH, M, cols, G, N):
     # H, dH (B, T, d_h), h0 (B, d_h); G (B, T, 3 d_h), N (B, T, d_h) as in _backward_vec.
-    # Returns dl/dh0 (B, d_h)
+    # Returns dl/dh0 (B, d_h). M is W_hh, or W_hh^T made contiguous when cols (see carry_back)
     B, T, d_h = H.shape
     carry = np.zeros((B, d_h), dtype=H.dtype)
     dh = np.empty(d_h, dtype=H.dtype)
     direct = np.empty((B, d_h), dtype=H.dtype)
-    da = np.empty((B, 3 * d_h), dtype=H.dtype)  # the step's rows, contiguous for the GEMM
+    da, cc = carry_buffers(B, 3 * d_h, d_h, cols, H)
     for t in range(T - 1, -1, -1):
         for r in range(B):
-            for k in range(d_h):
-                dh[k] = dH[r, t, k] + carry[r, k]
+            add_to(dh, dH[r, t], carry[r])
             h_prev = H[r, t - 1] if t > 0 else h0[r]
-            g = G[r, t]
-            _step_backward(g, N[r, t], h_prev, dh, direct[r], d_h)
-            dar = da[r]
-            for j in range(3 * d_h):
-                dar[j] = g[j]
-        np.dot(da, W_hh, carry)                 # rows: (W_hh^T da_t)^T = da_t^T W_hh
+            _step_backward(G[r, t], N[r, t], h_prev, dh, direct[r], d_h)
+        carry_back(G, t, M, cols, da, cc, carry)
         for r in range(B):
             for k in range(d_h):
                 carry[r, k] += direct[r, k]
     return carry
-
-
-@njit(cache=True, error_model="numpy")
-def _backward_batch_cols(H, h0, dH, W_hhT, G, N):
-    # As _backward_batch, with the carry's GEMM in columns: (d_h, 3 d_h) @ (3 d_h, B), the
-    # faster form for float32 (see _forward_batch_cols). W_hhT is W_hh^T made contiguous
-    B, T, d_h = H.shape
-    carry = np.zeros((d_h, B), dtype=H.dtype)
-    dh = np.empty(d_h, dtype=H.dtype)
-    direct = np.empty((B, d_h), dtype=H.dtype)
-    da = np.empty((3 * d_h, B), dtype=H.dtype)
-    for t in range(T - 1, -1, -1):
-        for r in range(B):
-            for k in range(d_h):
-                dh[k] = dH[r, t, k] + carry[k, r]
-            h_prev = H[r, t - 1] if t > 0 else h0[r]
-            g = G[r, t]
-            _step_backward(g, N[r, t], h_prev, dh, direct[r], d_h)
-        to_columns(G, t, da)
-        np.dot(W_hhT, da, carry)                # W_hh^T da_t, one column per sequence
-        for k in range(d_h):
-            for r in range(B):
-                carry[k, r] += direct[r, k]
-    return np.ascontiguousarray(carry.T)
 
 
 # ---------------------------------------------------------------------------- public
@@ -285,20 +244,19 @@ class GRUGrads(NamedTuple):
 
 
 def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
-    X, dtype, batched, B, T, d_in = v.sequence(X)
-    W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
-    d_h = W_hh.shape[1]
-    if W_hh.shape[0] != 3 * d_h:
-        raise ValueError(f"W_hh must have shape (3*d_h, d_h) (the gates r, z, n stacked, as "
-                         f"torch.nn.GRU's weight_hh_l0), got {W_hh.shape}.")
-    W_ih = v.as_float_array("W_ih", W_ih, 2, dtype)
-    v.check_shape("W_ih", W_ih, (3 * d_h, d_in))
+    X, batched, B, T, d_in, d_h, W_ih, W_hh = steps.gated_weights(X, W_ih, W_hh, GATES,
+                                                                   "torch.nn.GRU")
+    dtype = X.dtype
     biases = [v.bias(name, bias, 3 * d_h, dtype) for name, bias in (("b_ih", b_ih), ("b_hh", b_hh))]
     h0 = v.initial_state("h0", h0, batched, B, d_h, dtype)
     # H, the gates (3 d_h), W_hn h + b_hn, h_{t-1}, W_hh h_{t-1} (3 d_h) and dX, per step
     v.check_memory(B * T * (9 * d_h + d_in) * X.itemsize, "the GRU's state and gate buffers",
                    inputs=(("X", X),))
     return v.contiguous("X", X), W_ih, W_hh, biases[0], biases[1], h0, batched
+
+
+_FORWARD = {"cols": _forward_batch_cols, "rows": _forward_batch, "vec": _forward_vec}
+_BACKWARD = {"cols": _backward_batch, "rows": _backward_batch, "vec": _backward_vec}
 
 
 def _check_states(X, H, W_ih, W_hh, b_ih, b_hh, h0):
@@ -358,21 +316,11 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None):
     workspace.keep("gru", None)                     # the gate buffers are about to change
     G = workspace.buffer("gru_G", X.shape[:-1] + (3 * d_h,), X.dtype)
     N = workspace.buffer("gru_N", H.shape, X.dtype)
-    if batched and X.dtype == np.float32:
-        bad = _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, H, G, N)
-    elif batched:
-        bad = _forward_batch(X, W_ih, np.ascontiguousarray(W_hh.T), b_ih, b_hh, h0, H, G, N)
-    else:
-        M, vec_left = vec_operands(W_hh, forward=True)
-        bad = _forward_vec(X, W_ih, M, b_ih, b_hh, h0, vec_left, H, G, N)
-    if bad[0] >= 0:
-        of = f" of sequence {bad[1]}" if batched else ""
-        raise FloatingPointError(
-            f"the GRU overflowed: the gates' pre-activations (W_ih x_t + b_ih, W_hh h_(t-1) + "
-            f"b_hh and their sums) are not finite from step t={bad[0] + 1} of {X.shape[-2]}{of}, "
-            f"although every input is finite ({X.dtype} holds at most "
-            f"{np.finfo(X.dtype).max:.3g}). Scale X, W_ih or W_hh down, or use float64.")
-    workspace.keep("gru", (weakref.ref(H), weak(args), G, N))
+    kind, M, flag = steps.loop(W_hh, batched, forward=True)
+    bad = _FORWARD[kind](X, W_ih, M, b_ih, b_hh, h0, flag, H, G, N)
+    steps.raise_if_overflowed(bad, X, "the GRU",
+                              "(W_ih x_t + b_ih, W_hh h_(t-1) + b_hh and their sums)")
+    workspace.keep("gru", (weak((H,)), weak(args), G, N))
     return H
 
 
@@ -392,17 +340,15 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
     dtype = X.dtype
     d_h = W_hh.shape[1]
     shape = X.shape[:-1] + (d_h,)
-    H = v.as_float_array("H", H, X.ndim, dtype)
-    v.check_shape("H", H, shape)
-    dH = v.as_float_array("dH", dH, X.ndim, dtype)
-    v.check_shape("dH", dH, shape)
+    H = v.shaped("H", H, shape, dtype)
+    dH = v.shaped("dH", dH, shape, dtype)
     _check_states(X, H, W_ih, W_hh, b_ih, b_hh, h0)
     workspace.keep("gru", None)                     # the gradients are written over the gates
     Hprev = _previous_states(H, h0)                 # (B T, d_h)
     gshape = X.shape[:-1] + (3 * d_h,)
-    if (kept is not None and kept[0]() is H_in and same(kept[1], args)
-            and kept[2].shape == gshape and kept[2].dtype == dtype):
-        G, N = kept[2], kept[3]                     # the forward's gates, as it left them
+    kept = steps.kept_buffers(kept, (H_in,), args, gshape, dtype)
+    if kept is not None:
+        G, N = kept                                 # the forward's gates, as it left them
     else:
         G = workspace.buffer("gru_G", gshape, dtype)
         N = workspace.buffer("gru_N", shape, dtype)
@@ -411,13 +357,8 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
         matmul(X.reshape(-1, X.shape[-1]), W_ih.T, G2)   # W_ih x_t for every t: one GEMM
         matmul(Hprev, W_hh.T, P)                          # W_hh h_{t-1} for every t: another
         _gates_from_products(G2, P, N.reshape(-1, d_h), b_ih, b_hh, d_h)
-    if batched and dtype == np.float32:
-        dh0 = _backward_batch_cols(H, h0, dH, np.ascontiguousarray(W_hh.T), G, N)
-    elif batched:
-        dh0 = _backward_batch(H, h0, dH, W_hh, G, N)
-    else:
-        M, vec_left = vec_operands(W_hh, forward=False)
-        dh0 = _backward_vec(H, h0, dH, M, vec_left, G, N)
+    kind, M, flag = steps.loop(W_hh, batched, forward=False)
+    dh0 = _BACKWARD[kind](H, h0, dH, M, flag, G, N)
     dA = G.reshape(-1, 3 * d_h)                     # (B T, 3 d_h): the hidden side's dl/da
     dW_hh = matmul(dA.T, Hprev)                     # sums over every step at once
     db_hh = dA.sum(axis=0)
@@ -427,10 +368,5 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
     db_ih = dA.sum(axis=0)
     if shared_h0:                      # one h0 broadcast over the batch: its gradient sums
         dh0 = dh0.sum(axis=0)
-    steps.raise_if_not_finite(dX, "the GRU's backward", "dl/dx_t",
-                              "Scale dH or the weights down, or use float64.")
-    if not (np.isfinite(dW_ih).all() and np.isfinite(dW_hh).all()):
-        raise FloatingPointError(
-            f"the GRU's backward overflowed: dW_ih or dW_hh, a sum over every step, is not finite "
-            f"({dtype} holds at most {np.finfo(dtype).max:.3g}). Scale dH down, or use float64.")
+    steps.check_gradients("the GRU", dX, dW_ih, dW_hh, ("dH",))
     return GRUGrads(dX, dW_ih, dW_hh, db_ih, db_hh, dh0)

@@ -384,6 +384,23 @@ def _chunk_decays(ell, decayed, Dm, eq, ek, e, bits):
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _hand_on(gend, S, St, e, x, y, buf):
+    # S = gend S + (e ⊙ x)^T y, what a chunk hands on: forward, S' at its end (x = phi(k),
+    # y = v'); backward, G for the chunk before (x = phi(q), y = do'). buf holds e ⊙ x, St the
+    # product
+    n, d = x.shape
+    Xd = buf[:n * d].reshape(n, d)
+    for s in range(n):
+        es = e[s]
+        for i in range(d):
+            Xd[s, i] = es * x[s, i]
+    np.dot(Xd.T, y, St)
+    for i in range(d):
+        for c in range(St.shape[1]):
+            S[i, c] = gend * S[i, c] + St[i, c]
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _chunked_pass(FQ, FK, V1, ell, decayed, C, b, O, states):
     # One sequence b, chunk by chunk, front to back: O[b] (T, w) = o'_t and states[b, j] (d_k, w),
     # the S' entering chunk j (what the backward needs; one copy of the state per chunk). Inside a
@@ -418,15 +435,7 @@ def _chunked_pass(FQ, FK, V1, ell, decayed, C, b, O, states):
                 for c in range(w):
                     o[t, c] += et * P[t, c]
         if j1 < T:                                   # S' at the chunk's end
-            Kd = Kb[:n * d_k].reshape(n, d_k)
-            for s in range(n):
-                es = ek[s]
-                for i in range(d_k):
-                    Kd[s, i] = es * k[s, i]
-            np.dot(Kd.T, vv, St)
-            for i in range(d_k):
-                for c in range(w):
-                    S[i, c] = gend * S[i, c] + St[i, c]
+            _hand_on(gend, S, St, ek, k, vv, Kb)
 
 
 @njit(cache=True, error_model="numpy")
@@ -526,15 +535,7 @@ def _chunked_backward(FQ, FK, V1, ell, decayed, C, dY, normalize, O, dO, dFQ, dF
                     for c in range(w):
                         dv[s, c] += Tw[s, c]
             if j0 > 0:                               # the gradient at S'_prev, for the chunk before
-                Qd = Kb[:n * d_k].reshape(n, d_k)
-                for t in range(n):
-                    et = eq[t]
-                    for i in range(d_k):
-                        Qd[t, i] = et * q[t, i]
-                np.dot(Qd.T, do, Gt)
-                for i in range(d_k):
-                    for c in range(w):
-                        G[i, c] = gend * G[i, c] + Gt[i, c]
+                _hand_on(gend, G, Gt, eq, q, do, Kb)
 
 
 # -------------------------------------------------------------------- projections

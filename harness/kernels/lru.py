@@ -42,6 +42,7 @@ from numba import njit, prange
 from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
+from harness.kernels.steps import of_sequence
 
 METHODS = ("sequential", "blelloch", "chunked")
 REAL = (np.dtype(np.float32), np.dtype(np.float64))
@@ -323,7 +324,7 @@ def _check_states(X, H, lam, B, h03):
     bad = ~(gap <= tol)
     if bad.any():
         b, n, i = (int(a) for a in np.argwhere(bad)[0])
-        where = f" of sequence {b}" if X.ndim == 3 else ""
+        where = of_sequence(b, X.ndim == 3)
         raise ValueError(
             f"H does not follow from X, lam, B and h0: at step t={ts[n] + 1}{where}, unit {i}, "
             f"h_t - lam h_(t-1) - B x_t is {gap[b, n, i]:.3g} where rounding allows "
@@ -369,7 +370,7 @@ def _check_overflow(G, lam, what, inputs, reverse=False):
     steps = np.flatnonzero(bad.any(axis=0))
     t = int(steps[-1] if reverse else steps[0])
     seq = int(np.flatnonzero(bad[:, t])[0])
-    where = f" of sequence {seq}" if Bn > 1 else ""
+    where = of_sequence(seq, Bn > 1)
     order = " (the reverse scan runs from t=T down)" if reverse else ""
     r = float(np.abs(lam).max())
     why = (f"max |lam| = {r:.6g} > 1, and the state grows like |lam|^t: use |lam| <= 1 "

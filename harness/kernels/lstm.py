@@ -27,7 +27,6 @@ over every step at once: [dW_ih | dW_hh] = dA^T [X | H_prev], dX = dA W_ih.
 
 from __future__ import annotations
 
-import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -37,8 +36,8 @@ from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
 from harness.kernels import steps
-from harness.kernels.steps import (first_bad_column, nonfinite, same, sigmoid, to_columns, to_rows,
-                                   vec_operands, weak)
+from harness.kernels.steps import (add_to, carry_back, carry_buffers, first_bad_column, input_products,
+                                   matvec, nonfinite, sigmoid, to_rows, weak)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("i", "f", "g", "o")    # the order of the four row blocks of W_ih, W_hh, b_ih, b_hh
@@ -86,20 +85,16 @@ def _forward_vec(X, W_ih, W_hh, b, h0, c0, vec_left, H, C, G):
     # W_hh is (4 d_h, d_h), or its contiguous transpose (d_h, 4 d_h) when vec_left.
     # Returns the first step whose pre-activations overflowed, -1 if none
     T, d_h = H.shape
-    np.dot(X, W_ih.T, G)                   # G[t] = W_ih x_t for every t: one GEMM
+    input_products(X, W_ih, G)
+    tc = np.empty(d_h, dtype=G.dtype)
     scratch = np.empty(4 * d_h, dtype=np.int64)
     a = np.empty(4 * d_h, dtype=G.dtype)
-    tc = np.empty(d_h, dtype=G.dtype)
     h_prev, c_prev = h0, c0
     bad = -1
     for t in range(T):
-        if vec_left:                       # a = W_hh h_{t-1}: the step that must wait
-            np.dot(h_prev, W_hh, a)
-        else:
-            np.dot(W_hh, h_prev, a)
+        matvec(W_hh, h_prev, vec_left, a)  # a = W_hh h_{t-1}: the step that must wait
         g = G[t]
-        for j in range(4 * d_h):
-            g[j] += a[j]
+        add_to(g, g, a)
         if _activate_gates(g, b, d_h, scratch) and bad < 0:
             bad = t
         _cell(g, c_prev, C[t], H[t], tc, d_h, scratch)
@@ -108,46 +103,42 @@ def _forward_vec(X, W_ih, W_hh, b, h0, c0, vec_left, H, C, G):
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_batch(X, W_ih, W_hhT, b, h0, c0, H, C, G):
+def _forward_batch(X, W_ih, W_hhT, b, h0, c0, cols, H, C, G):
     # X (B, T, d_in), h0, c0 (B, d_h) -> H, C (B, T, d_h), G (B, T, 4 d_h), all in the
     # caller's batch-major layout: each step gathers its B rows into contiguous buffers for the
     # GEMM. W_hhT is W_hh^T made contiguous, (d_h, 4 d_h): (B, d_h) @ (d_h, 4 d_h) is OpenBLAS's
-    # faster form here. Returns the first (step, sequence) whose pre-activations overflowed
+    # faster form here. cols is not read (every loop takes the same arguments; see steps.loop).
+    # Returns the
+    # first (step, sequence) whose pre-activations overflowed
     B, T, d_h = H.shape
-    d_in = X.shape[2]
-    np.dot(X.reshape(B * T, d_in), W_ih.T, G.reshape(B * T, 4 * d_h))   # every input product at once
+    input_products(X, W_ih, G)
+    tc = np.empty(d_h, dtype=G.dtype)
     scratch = np.empty(4 * d_h, dtype=np.int64)
     a = np.empty((B, 4 * d_h), dtype=G.dtype)
-    tc = np.empty(d_h, dtype=G.dtype)
     h = h0.copy()                          # (B, d_h): h_{t-1}, then h_t
     bad_t, bad_r = -1, -1
     for t in range(T):
         np.dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 4 d_h): one GEMM per step
         for r in range(B):
             g = G[r, t]
-            ar = a[r]
-            for j in range(4 * d_h):
-                g[j] += ar[j]
+            add_to(g, g, a[r])
             if _activate_gates(g, b, d_h, scratch) and bad_t < 0:
                 bad_t, bad_r = t, r
             c_prev = C[r, t - 1] if t > 0 else c0[r]
             _cell(g, c_prev, C[r, t], H[r, t], tc, d_h, scratch)
-            hr = H[r, t]
-            for k in range(d_h):
-                h[r, k] = hr[k]
+            h[r, :] = H[r, t]
     return bad_t, bad_r
 
 
 @njit(cache=True, error_model="numpy")
-def _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, H, C, G):
+def _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, cols, H, C, G):
     # As _forward_batch, with the step's quantities as columns, (4 d_h, B) and (d_h, B):
     # a = W_hh h^T. For float32, OpenBLAS runs (4 d_h, d_h) @ (d_h, B) about 1.5 times as fast
     # as (B, d_h) @ (d_h, 4 d_h) (B = 32, d_h = 256, one thread), more than the transposed
     # reads and writes of the rows cost; for float64 the rows form is the faster
     B, T, d_h = H.shape
-    d_in = X.shape[2]
+    input_products(X, W_ih, G)
     n = 4 * d_h
-    np.dot(X.reshape(B * T, d_in), W_ih.T, G.reshape(B * T, n))   # every input product at once
     scratch = np.empty(n * B, dtype=np.int64)
     a = np.empty((n, B), dtype=G.dtype)
     af = a.reshape(n * B)
@@ -230,65 +221,33 @@ def _backward_vec(C, c0, dH, dC, use_dC, M, vec_left, G):
     dh = np.empty(d_h, dtype=C.dtype)
     dc = np.zeros(d_h, dtype=C.dtype)
     for t in range(T - 1, -1, -1):
-        for k in range(d_h):
-            dh[k] = dH[t, k] + carry[k]
+        add_to(dh, dH[t], carry)
         c_prev = C[t - 1] if t > 0 else c0
-        g = G[t]
-        _cell_backward(g, C[t], c_prev, dh, dc, dC[t], use_dC, tc, d_h, scratch)
-        if vec_left:                           # carry = W_hh^T da_t
-            np.dot(g, M, carry)
-        else:
-            np.dot(M, g, carry)
+        _cell_backward(G[t], C[t], c_prev, dh, dc, dC[t], use_dC, tc, d_h, scratch)
+        matvec(M, G[t], vec_left, carry)       # carry = W_hh^T da_t
     return carry, dc
 
 
 @njit(cache=True, error_model="numpy")
-def _backward_batch(C, c0, dH, dC, use_dC, W_hh, G):
-    # C, dH, dC (B, T, d_h), c0 (B, d_h); G (B, T, 4 d_h): gates in, dA out.
-    # Returns (dl/dh0, dl/dc0), each (B, d_h)
+def _backward_batch(C, c0, dH, dC, use_dC, M, cols, G):
+    # C, dH, dC (B, T, d_h), c0 (B, d_h); G (B, T, 4 d_h): gates in, dA out. Returns
+    # (dl/dh0, dl/dc0), each (B, d_h). M is W_hh, or W_hh^T made contiguous when cols
+    # (see carry_back)
     B, T, d_h = C.shape
     scratch = np.empty(d_h, dtype=np.int64)
     tc = np.empty(d_h, dtype=C.dtype)
     carry = np.zeros((B, d_h), dtype=C.dtype)
     dh = np.empty(d_h, dtype=C.dtype)
     dc = np.zeros((B, d_h), dtype=C.dtype)
-    da = np.empty((B, 4 * d_h), dtype=C.dtype)  # the step's rows, contiguous for the GEMM
+    da, cc = carry_buffers(B, 4 * d_h, d_h, cols, C)
     for t in range(T - 1, -1, -1):
         for r in range(B):
-            for k in range(d_h):
-                dh[k] = dH[r, t, k] + carry[r, k]
+            add_to(dh, dH[r, t], carry[r])
             c_prev = C[r, t - 1] if t > 0 else c0[r]
-            g = G[r, t]
-            _cell_backward(g, C[r, t], c_prev, dh, dc[r], dC[r, t], use_dC, tc, d_h, scratch)
-            dar = da[r]
-            for j in range(4 * d_h):
-                dar[j] = g[j]
-        np.dot(da, W_hh, carry)                 # rows: (W_hh^T da_t)^T = da_t^T W_hh
+            _cell_backward(G[r, t], C[r, t], c_prev, dh, dc[r], dC[r, t], use_dC, tc, d_h,
+                           scratch)
+        carry_back(G, t, M, cols, da, cc, carry)
     return carry, dc
-
-
-@njit(cache=True, error_model="numpy")
-def _backward_batch_cols(C, c0, dH, dC, use_dC, W_hhT, G):
-    # As _backward_batch, with the carry's GEMM in columns: (d_h, 4 d_h) @ (4 d_h, B), the
-    # faster form for float32 (see _forward_batch_cols). W_hhT is W_hh^T made contiguous
-    B, T, d_h = C.shape
-    n = 4 * d_h
-    scratch = np.empty(d_h, dtype=np.int64)
-    tc = np.empty(d_h, dtype=C.dtype)
-    carry = np.zeros((d_h, B), dtype=C.dtype)
-    dh = np.empty(d_h, dtype=C.dtype)
-    dc = np.zeros((B, d_h), dtype=C.dtype)
-    da = np.empty((n, B), dtype=C.dtype)
-    for t in range(T - 1, -1, -1):
-        for r in range(B):
-            for k in range(d_h):
-                dh[k] = dH[r, t, k] + carry[k, r]
-            c_prev = C[r, t - 1] if t > 0 else c0[r]
-            g = G[r, t]
-            _cell_backward(g, C[r, t], c_prev, dh, dc[r], dC[r, t], use_dC, tc, d_h, scratch)
-        to_columns(G, t, da)
-        np.dot(W_hhT, da, carry)                # W_hh^T da_t, one column per sequence
-    return np.ascontiguousarray(carry.T), dc
 
 
 # ---------------------------------------------------------------------------- public
@@ -304,20 +263,14 @@ class LSTMGrads(NamedTuple):
 
 
 def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
-    X, dtype, batched, B, T, d_in = v.sequence(X)
-    W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
-    d_h = W_hh.shape[1]
-    if W_hh.shape[0] != 4 * d_h:
-        raise ValueError(f"W_hh must have shape (4*d_h, d_h) (the gates i, f, g, o stacked, as "
-                         f"torch.nn.LSTM's weight_hh_l0), got {W_hh.shape}.")
-    W_ih = v.as_float_array("W_ih", W_ih, 2, dtype)
-    v.check_shape("W_ih", W_ih, (4 * d_h, d_in))
+    X, batched, B, T, d_in, d_h, W_ih, W_hh = steps.gated_weights(X, W_ih, W_hh, GATES,
+                                                                   "torch.nn.LSTM")
+    dtype = X.dtype
     b = np.zeros(4 * d_h, dtype=dtype)
     babs = np.zeros(4 * d_h, dtype=dtype)            # |b_ih| + |b_hh|, for the states check
     for name, bias in (("b_ih", b_ih), ("b_hh", b_hh)):
         if bias is not None:
-            bias = v.as_float_array(name, bias, 1, dtype)
-            v.check_shape(name, bias, (4 * d_h,))
+            bias = v.shaped(name, bias, (4 * d_h,), dtype)
             b += bias
             babs += np.abs(bias)
     h0 = v.initial_state("h0", h0, batched, B, d_h, dtype)
@@ -326,6 +279,10 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
     v.check_memory(B * T * (7 * d_h + 2 * d_in) * X.itemsize, "the LSTM's state and gate buffers",
                    inputs=(("X", X),))
     return v.contiguous("X", X), W_ih, W_hh, b, babs, h0, c0, batched
+
+
+_FORWARD = {"cols": _forward_batch_cols, "rows": _forward_batch, "vec": _forward_vec}
+_BACKWARD = {"cols": _backward_batch, "rows": _backward_batch, "vec": _backward_vec}
 
 
 def _check_states(X, H, C, W_ih, W_hh, b, babs, h0, c0):
@@ -391,21 +348,10 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None, c0=None):
     C = np.empty_like(H)
     workspace.keep("lstm", None)                    # the gates buffer is about to change
     G = workspace.buffer("lstm_G", X.shape[:-1] + (4 * d_h,), X.dtype)
-    if batched and X.dtype == np.float32:
-        bad = _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, H, C, G)
-    elif batched:
-        bad = _forward_batch(X, W_ih, np.ascontiguousarray(W_hh.T), b, h0, c0, H, C, G)
-    else:
-        M, vec_left = vec_operands(W_hh, forward=True)
-        bad = _forward_vec(X, W_ih, M, b, h0, c0, vec_left, H, C, G)
-    if bad[0] >= 0:
-        of = f" of sequence {bad[1]}" if batched else ""
-        raise FloatingPointError(
-            f"the LSTM overflowed: the gates' pre-activations W_ih x_t + W_hh h_(t-1) + b are not "
-            f"finite from step t={bad[0] + 1} of {X.shape[-2]}{of}, although every input is finite "
-            f"({X.dtype} holds at most {np.finfo(X.dtype).max:.3g}). Scale X, W_ih or W_hh down, "
-            f"or use float64.")
-    workspace.keep("lstm", (weakref.ref(H), weakref.ref(C), weak(args), G))
+    kind, M, flag = steps.loop(W_hh, batched, forward=True)
+    bad = _FORWARD[kind](X, W_ih, M, b, h0, c0, flag, H, C, G)
+    steps.raise_if_overflowed(bad, X, "the LSTM", "W_ih x_t + W_hh h_(t-1) + b")
+    workspace.keep("lstm", (weak((H, C)), weak(args), G))
     return H, C
 
 
@@ -428,37 +374,26 @@ def backward(X, H, C, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None, c0=None, dC
     dtype = X.dtype
     d_h = W_hh.shape[1]
     shape = X.shape[:-1] + (d_h,)
-    H = v.as_float_array("H", H, X.ndim, dtype)
-    v.check_shape("H", H, shape)
-    C = v.as_float_array("C", C, X.ndim, dtype)
-    v.check_shape("C", C, shape)
-    dH = v.as_float_array("dH", dH, X.ndim, dtype)
-    v.check_shape("dH", dH, shape)
+    H, C, dH = (v.shaped(name, a, shape, dtype) for name, a in (("H", H), ("C", C), ("dH", dH)))
     use_dC = dC is not None
     if use_dC:
-        dC = v.as_float_array("dC", dC, X.ndim, dtype)
-        v.check_shape("dC", dC, shape)
+        dC = v.shaped("dC", dC, shape, dtype)
     else:
         dC = dH                                     # not read: use_dC is False
     _check_states(X, H, C, W_ih, W_hh, b, babs, h0, c0)
     workspace.keep("lstm", None)                    # dA is written over the gates below
     Z = _inputs_and_previous_states(X, H, h0)       # (B T, d_in + d_h)
     gshape = X.shape[:-1] + (4 * d_h,)
-    if (kept is not None and kept[0]() is H_in and kept[1]() is C_in and same(kept[2], args)
-            and kept[3].shape == gshape and kept[3].dtype == dtype):
-        G = kept[3]                                 # the forward's gates, as it left them
+    kept = steps.kept_buffers(kept, (H_in, C_in), args, gshape, dtype)
+    if kept is not None:
+        G, = kept                                   # the forward's gates, as it left them
     else:
         G = workspace.buffer("lstm_G", gshape, dtype)
         G2 = G.reshape(-1, 4 * d_h)
         matmul(Z, np.concatenate([W_ih, W_hh], axis=1).T, G2)   # a_t - b for every t: one GEMM
         _gates_from_products(G2, b, d_h)
-    if batched and dtype == np.float32:
-        dh0, dc0 = _backward_batch_cols(C, c0, dH, dC, use_dC, np.ascontiguousarray(W_hh.T), G)
-    elif batched:
-        dh0, dc0 = _backward_batch(C, c0, dH, dC, use_dC, W_hh, G)
-    else:
-        M, vec_left = vec_operands(W_hh, forward=False)
-        dh0, dc0 = _backward_vec(C, c0, dH, dC, use_dC, M, vec_left, G)
+    kind, M, flag = steps.loop(W_hh, batched, forward=False)
+    dh0, dc0 = _BACKWARD[kind](C, c0, dH, dC, use_dC, M, flag, G)
     dA = G.reshape(-1, 4 * d_h)                     # (B T, 4 d_h): dl/da for every step
     dW = matmul(dA.T, Z)                            # [dW_ih | dW_hh]: sums over every step at once
     d_in = X.shape[-1]
@@ -469,10 +404,5 @@ def backward(X, H, C, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None, c0=None, dC
         dh0 = dh0.sum(axis=0)
     if shared[1]:
         dc0 = dc0.sum(axis=0)
-    steps.raise_if_not_finite(dX, "the LSTM's backward", "dl/dx_t",
-                              "Scale dH, dC or the weights down, or use float64.")
-    if not (np.isfinite(dW_ih).all() and np.isfinite(dW_hh).all()):
-        raise FloatingPointError(
-            f"the LSTM's backward overflowed: dW_ih or dW_hh, a sum over every step, is not finite "
-            f"({dtype} holds at most {np.finfo(dtype).max:.3g}). Scale dH or dC down, or use float64.")
+    steps.check_gradients("the LSTM", dX, dW_ih, dW_hh, ("dH", "dC"))
     return LSTMGrads(dX, dW_ih, dW_hh, db_ih, db_ih.copy(), dh0, dc0)

@@ -24,7 +24,7 @@ from numba import njit
 from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
-from harness.kernels.steps import raise_if_not_finite
+from harness.kernels.steps import of_sequence, raise_if_not_finite
 from harness.kernels.vmath import tanh_inplace
 
 ACTIVATIONS = ("tanh", "identity")
@@ -234,12 +234,12 @@ def _check_states(X, H, W_xh, W_hh, h0, use_tanh):
     bad = ok & (gap > tol)
     if bad.any():
         seq = int(np.flatnonzero(bad.any(axis=1))[0])
-        where = f" in sequence {seq}" if X.ndim == 3 else ""
+        where = of_sequence(seq, X.ndim == 3)
+        largest = float(gap[seq][ok[seq]].max())
         raise ValueError(
             f"H does not follow from X and h0{where}: steps 1 and 2 imply different biases "
-            f"(largest difference {float(gap[seq][ok[seq]].max()):.3g}). Pass backward the h0 and "
-            f"the activation that forward used (h0=None means zeros), and the H it returned for "
-            f"this X.")
+            f"(largest difference {largest:.3g}). Pass backward the h0 and the activation that "
+            f"forward used (h0=None means zeros), and the H it returned for this X.")
 
 
 def _parameter_products(X, H, W_xh, h0, dA):

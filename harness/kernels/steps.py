@@ -1,11 +1,18 @@
 """What the step-by-step recurrences share (``harness.kernels.lstm`` and ``gru``; ``rnn``'s
-overflow message): a step's state as columns, the checks that name the step where a value
-stopped being finite, and the bookkeeping by which a backward knows it was handed the states
-of the forward that left its buffers.
+and ``lru``'s messages): the input products before the loop, the product a step waits for
+(``matvec``, ``carry_back``) and which loop runs a call (``loop``), a step's state as columns,
+the checks that name the step where a value stopped being finite, and the bookkeeping by which
+a backward knows it was handed the states of the forward that left its buffers.
 
 The batched float32 loops keep a step's values as (n, B) columns, so that the gates of one
 sequence are contiguous for the vectorised tanh; ``to_columns`` and ``to_rows`` copy one step
 between that and the caller's (B, T, n) layout.
+
+What the LSTM and the GRU still write twice is each loop's frame (buffers, the loop over steps,
+the loop over sequences) around their different cells. One loop taking the cell as an argument
+compiles, but Numba does not cache a function that takes a function: measured here (Numba
+0.68.1), a second process found no cache entry for it and compiled it again, as every process
+would, where the two loops load from the cache.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import weakref
 import numpy as np
 from numba import njit
 
+from harness.infra import validate as v
 from harness.kernels.blas import matmul
 
 
@@ -59,6 +67,54 @@ def to_columns(A, t, a):
     _blocked_copy(a, A, t, False)
 
 
+@njit(cache=True, error_model="numpy")
+def input_products(X, W_ih, G):
+    # G = W_ih x for every (sequence, step) at once, one GEMM before the loop, which then adds
+    # only what waits for h_{t-1}: X (..., d_in) -> G (..., n), both C-contiguous
+    np.dot(X.reshape(-1, X.shape[-1]), W_ih.T, G.reshape(-1, G.shape[-1]))
+
+
+@njit(cache=True, error_model="numpy")
+def matvec(M, x, vec_left, out):
+    # out = x M if vec_left, else M x: the product one step of an unbatched loop waits for, in
+    # the form ``vec_operands`` chose for M
+    if vec_left:
+        np.dot(x, M, out)
+    else:
+        np.dot(M, x, out)
+
+
+@njit(cache=True, error_model="numpy")
+def add_to(out, a, b):
+    # out = a + b, one element at a time, without a temporary
+    for k in range(out.shape[0]):
+        out[k] = a[k] + b[k]
+
+
+@njit(cache=True, error_model="numpy")
+def carry_buffers(B, n, d_h, cols, like):
+    # the scratch of ``carry_back`` for B sequences of n pre-activations and d_h states
+    da = np.empty((n, B) if cols else (B, n), dtype=like.dtype)
+    cc = np.empty((d_h, B) if cols else (0, 0), dtype=like.dtype)
+    return da, cc
+
+
+@njit(cache=True, error_model="numpy")
+def carry_back(G, t, M, cols, da, cc, carry):
+    # carry (B, d_h) <- (W_hh^T dl/da_t)^T for every sequence, what h_{t-1} receives through
+    # W_hh, from G[:, t] (dl/da_t): one GEMM. As rows, da (B, n) @ M with M = W_hh; as columns
+    # (cols), M (d_h, n) @ da (n, B) with M = W_hh^T made contiguous, into cc (d_h, B), then
+    # copied to rows: for float32, OpenBLAS runs that form faster by more than the copies cost
+    if cols:
+        to_columns(G, t, da)
+        np.dot(M, da, cc)
+        carry[:, :] = cc.T
+    else:
+        for r in range(G.shape[0]):
+            da[r, :] = G[r, t]
+        np.dot(da, M, carry)
+
+
 @njit(cache=True)
 def first_bad_column(a, j0, j1):
     # the first column r with a non-finite a[j0:j1, r]
@@ -71,6 +127,50 @@ def first_bad_column(a, j0, j1):
 
 # --------------------------------------------------------------------------- checks
 
+def of_sequence(seq, batched):
+    """" of sequence <seq>" where a message names a place in a batch; nothing without one."""
+    return f" of sequence {seq}" if batched else ""
+
+
+def gated_weights(X, W_ih, W_hh, gates, module):
+    """X checked as a sequence, and the weights of a recurrence whose ``gates`` are stacked in
+    W_ih (k d_h, d_in) and W_hh (k d_h, d_h), as ``module``'s weight_ih_l0 and weight_hh_l0.
+    Returns (X, batched, B, T, d_in, d_h, W_ih, W_hh), every array in X's dtype."""
+    X, dtype, batched, B, T, d_in = v.sequence(X)
+    k = len(gates)
+    W_hh = v.as_float_array("W_hh", W_hh, 2, dtype)
+    d_h = W_hh.shape[1]
+    if W_hh.shape[0] != k * d_h:
+        raise ValueError(f"W_hh must have shape ({k}*d_h, d_h) (the gates {', '.join(gates)} "
+                         f"stacked, as {module}'s weight_hh_l0), got {W_hh.shape}.")
+    W_ih = v.shaped("W_ih", W_ih, (k * d_h, d_in), dtype)
+    return X, batched, B, T, d_in, d_h, W_ih, W_hh
+
+
+def raise_if_overflowed(bad, X, who, what):
+    """``bad`` is a compiled forward's (step, sequence) where the gates' pre-activations
+    ``what`` first stopped being finite, step -1 if they never did."""
+    if bad[0] < 0:
+        return
+    of = of_sequence(bad[1], X.ndim == 3)
+    raise FloatingPointError(
+        f"{who} overflowed: the gates' pre-activations {what} are not finite from step "
+        f"t={bad[0] + 1} of {X.shape[-2]}{of}, although every input is finite ({X.dtype} holds "
+        f"at most {np.finfo(X.dtype).max:.3g}). Scale X, W_ih or W_hh down, or use float64.")
+
+
+def check_gradients(who, dX, dW_ih, dW_hh, upstream):
+    """A backward's dX, and its weight gradients (sums over every step), all finite; else a
+    FloatingPointError that names ``who`` and advises scaling the ``upstream`` gradients."""
+    raise_if_not_finite(dX, f"{who}'s backward", "dl/dx_t",
+                        f"Scale {', '.join(upstream)} or the weights down, or use float64.")
+    if not (np.isfinite(dW_ih).all() and np.isfinite(dW_hh).all()):
+        raise FloatingPointError(
+            f"{who}'s backward overflowed: dW_ih or dW_hh, a sum over every step, is not finite "
+            f"({dX.dtype} holds at most {np.finfo(dX.dtype).max:.3g}). Scale "
+            f"{' or '.join(upstream)} down, or use float64.")
+
+
 def raise_if_not_finite(A, who, what, advice):
     """A NaN never leaves a kernel unannounced. ``A`` is (T, n) or (B, T, n), computed from
     finite inputs, so a non-finite entry means a product overflowed: raise
@@ -81,7 +181,7 @@ def raise_if_not_finite(A, who, what, advice):
     bad = (~np.isfinite(A)).reshape(-1, A.shape[-2], A.shape[-1]).any(axis=-1)   # (B, T)
     t = int(np.flatnonzero(bad.any(axis=0))[0])
     seq = int(np.flatnonzero(bad[:, t])[0])
-    of = f" of sequence {seq}" if A.ndim == 3 else ""
+    of = of_sequence(seq, A.ndim == 3)
     raise FloatingPointError(
         f"{who} overflowed: {what} is not finite from step t={t + 1} of {A.shape[-2]}{of}, "
         f"although every input is finite ({A.dtype} holds at most {np.finfo(A.dtype).max:.3g}). "
@@ -133,7 +233,20 @@ def first_off(bad, B, batched):
     """(row, column, t, 'of sequence ...') of the first True entry of a step-major ``bad``."""
     row, k = np.argwhere(bad)[0]                        # the first step, then sequence, that is off
     t, seq = divmod(int(row), B)
-    return row, k, t, (f" of sequence {seq}" if batched else "")
+    return row, k, t, of_sequence(seq, batched)
+
+
+def loop(W_hh, batched, forward):
+    """Which compiled loop of a gated recurrence runs a call, and what it takes: (kind, M, flag).
+    "cols" for float32 batches (a step's values as (n, B) columns: W_hh @ h forward, W_hh^T @ da
+    backward), "rows" for float64 batches (h @ W_hh^T, da @ W_hh), "vec" unbatched. The flag is
+    vec_left for "vec" (M and it from ``vec_operands``), True for "cols" and False for "rows": the
+    batched backward is one loop that reads it (``carry_back``), the batched forwards do not."""
+    if batched and W_hh.dtype == np.float32:
+        return "cols", (W_hh if forward else np.ascontiguousarray(W_hh.T)), True
+    if batched:
+        return "rows", (np.ascontiguousarray(W_hh.T) if forward else W_hh), False
+    return ("vec",) + vec_operands(W_hh, forward)
 
 
 def vec_operands(W_hh, forward):
@@ -168,3 +281,13 @@ def same(refs, args):
     """True if ``refs`` (from ``weak``) still point at exactly the arrays ``args``."""
     return refs is not None and all((r is None and a is None) or (r is not None and r() is a)
                                     for r, a in zip(refs, args))
+
+
+def kept_buffers(kept, states, args, shape, dtype):
+    """The buffers a forward left with ``workspace.keep(name, (weak(states), weak(args),
+    *buffers))``, if ``states`` and ``args`` are the very arrays of that call and its first
+    buffer has this shape and dtype; else None."""
+    if kept is None or not (same(kept[0], states) and same(kept[1], args)):
+        return None
+    buffers = kept[2:]
+    return buffers if buffers[0].shape == shape and buffers[0].dtype == dtype else None

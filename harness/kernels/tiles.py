@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from harness.kernels.vmath import row_dot
+import math
+
+from harness.kernels.vmath import row_dot, row_max, row_sum
 
 
 @njit(cache=True, error_model="numpy")
@@ -30,9 +32,11 @@ def backward_start(dY, Y, work, tile_q, tile_k, D, dQ):
 
 
 @njit(cache=True, error_model="numpy")
-def key_tile(K, V, dK, dV, tmp_k, g, j0, j1):
-    # key tile j = rows j0:j1 of sequence g: K_j, V_j, and dK_j, dV_j zeroed (finished in place
-    # as the query tiles add to them); tk_v (bk, d_v) and tk_k (bk, d_k) on tmp_k
+def key_tile(K, V, dK, dV, tmp_k, g, j0, tile_k):
+    # key tile j = rows j0:j1 of sequence g, j1 = min(j0 + tile_k, T_k): K_j, V_j, and dK_j,
+    # dV_j zeroed (finished in place as the query tiles add to them); tk_v (bk, d_v) and tk_k
+    # (bk, d_k) on tmp_k
+    j1 = min(j0 + tile_k, K.shape[1])
     bk = j1 - j0
     dK_j, dV_j = dK[g, j0:j1], dV[g, j0:j1]
     dK_j[:] = 0.0
@@ -43,9 +47,16 @@ def key_tile(K, V, dK, dV, tmp_k, g, j0, j1):
 
 
 @njit(cache=True, error_model="numpy")
-def query_tile(Q, dY, K_j, P_all, dP_all, g, i0, i1):
-    # query tile i = rows i0:i1 of sequence g: Q_i, dY_i, and P = Q_i K_j^T (bq, bk) (the
-    # scores, unscaled), dP (bq, bk) on the work buffer
+def first_query_tile(j0, tile_q, causal):
+    # the first query tile that sees key j0: causal, the one holding row j0; else the first
+    return (j0 // tile_q) * tile_q if causal else 0
+
+
+@njit(cache=True, error_model="numpy")
+def query_tile(Q, dY, K_j, P_all, dP_all, g, i0, tile_q):
+    # query tile i = rows i0:i1 of sequence g, i1 = min(i0 + tile_q, T_q): Q_i, dY_i, and
+    # P = Q_i K_j^T (bq, bk) (the scores, unscaled), dP (bq, bk) on the work buffer
+    i1 = min(i0 + tile_q, Q.shape[1])
     bq, bk = i1 - i0, K_j.shape[0]
     Q_i = Q[g, i0:i1]
     P = P_all[:bq * bk].reshape(bq, bk)
@@ -54,10 +65,86 @@ def query_tile(Q, dY, K_j, P_all, dP_all, g, i0, i1):
 
 
 @njit(cache=True, error_model="numpy")
-def add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, g, i0, i1):
-    # dQ_i += dE K_j,  dK_j += dE^T Q_i   (E = scale Q K^T; dP holds dE)
-    bq = i1 - i0
+def add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, g, i0):
+    # dQ_i += dE K_j,  dK_j += dE^T Q_i   (E = scale Q K^T; dP holds dE, (bq, bk))
+    bq = dP.shape[0]
     np.dot(dP, K_j, tmp_q[:bq])
-    dQ[g, i0:i1] += tmp_q[:bq]
+    dQ[g, i0:i0 + bq] += tmp_q[:bq]
     np.dot(dP.T, Q_i, tk_k)
     dK_j += tk_k
+
+
+# --------------------------------------------------------------------------- forward and rows
+
+@njit(cache=True, error_model="numpy")
+def forward_work(work, stats, tile_q, tile_k, d_v):
+    # the tiled forward's buffers: S_all (tile_q tile_k,), PV and acc (tile_q, d_v) on work (in
+    # Q's dtype); the running row maximum m, sum l and correction corr (tile_q,) on stats
+    n_s = tile_q * tile_k
+    PV = work[n_s:n_s + tile_q * d_v].reshape(tile_q, d_v)
+    acc = work[n_s + tile_q * d_v:n_s + 2 * tile_q * d_v].reshape(tile_q, d_v)
+    return work[:n_s], PV, acc, stats[:tile_q], stats[tile_q:2 * tile_q], stats[2 * tile_q:3 * tile_q]
+
+
+@njit(cache=True, error_model="numpy")
+def scores(Q_i, K_j, S_all):
+    # S = Q_i K_j^T (bq, bk), the scores unscaled, on S_all
+    bq, bk = Q_i.shape[0], K_j.shape[0]
+    S = S_all[:bq * bk].reshape(bq, bk)
+    np.dot(Q_i, K_j.T, S)
+    return S
+
+
+@njit(cache=True)
+def visible(bk, i, j0, causal):
+    # how many of the bk keys from j0 on row i sees: all, or (causal) those at or before i;
+    # zero or less for none
+    return min(bk, i + 1 - j0) if causal else bk
+
+
+@njit(cache=True, error_model="numpy")
+def online_max(row, w, r, m, corr, scale):
+    # The online softmax's new shift for row r of a tile that sees w keys: max(m_r, row[:w]),
+    # with corr_r = exp(scale (m_r - new)) (0 on the first tile). A row that sees none is
+    # zeroed, with corr_r = 1 (the shift it returns is then not used)
+    if w <= 0:
+        row[:] = 0.0
+        corr[r] = 1.0
+        return m[r]
+    m_new = max(m[r], row_max(row, w))
+    corr[r] = math.exp((m[r] - m_new) * scale)
+    return m_new
+
+
+@njit(cache=True, error_model="numpy")
+def online_add(row, w, r, m, l, corr, m_new):
+    # After the row's w weights exp(scale (s - m_new)) were written: the rest of the row zeroed,
+    # l_r = l_r corr_r + their sum, m_r = m_new
+    row[w:] = 0.0
+    l[r] = l[r] * corr[r] + row_sum(row, w)
+    m[r] = m_new
+
+
+@njit(cache=True, error_model="numpy")
+def rescale_add(acc, PV, corr, bq):
+    # acc[r] = acc[r] corr[r] + PV[r] for the tile's bq rows: the online softmax's running sum,
+    # rescaled where the row maximum grew
+    for r in range(bq):
+        c = corr[r]
+        for k in range(acc.shape[1]):
+            acc[r, k] = acc[r, k] * c + PV[r, k]
+
+
+@njit(cache=True, error_model="numpy")
+def add_dV_dP(P, dY_i, V_j, tk_v, dV_j, dP):
+    # dV_j += P^T dY_i (Y = A V), and dP = dY_i V_j^T
+    np.dot(P.T, dY_i, tk_v)
+    dV_j += tk_v
+    np.dot(dY_i, V_j.T, dP)
+
+
+@njit(cache=True, error_model="numpy")
+def softmax_backward_row(p, s, D_i, scale, n):
+    # s[:n] = dE = scale p (dP - D_i), s holding dP on entry (E = scale Q K^T, P = softmax(E))
+    for c in range(n):
+        s[c] = p[c] * (s[c] - D_i) * scale

@@ -313,11 +313,10 @@ def _tile_bounded(Q, K, V, scale, causal, i0, tile_k, m, l, S_all, PV, acc):
     for j0 in range(0, end, tile_k):
         j1 = min(j0 + tile_k, end)
         bk = j1 - j0
-        S = S_all[:bq * bk].reshape(bq, bk)
-        np.dot(Q, K[j0:j1].T, S)                              # (bq, bk) scores
+        S = tiles.scores(Q, K[j0:j1], S_all)                  # (bq, bk)
         for r in range(bq):
             row = S[r]
-            w = min(bk, i0 + r + 1 - j0) if causal else bk   # columns row i0 + r sees
+            w = tiles.visible(bk, i0 + r, j0, causal)        # columns row i0 + r sees
             if w > 0:
                 _exp_shifted(row, w, m[r], scale)
                 l[r] += row_sum(row, w)
@@ -341,26 +340,16 @@ def _tile_online(Q, K, V, scale, causal, i0, tile_k, m, l, corr, S_all, PV, acc)
     for j0 in range(0, end, tile_k):
         j1 = min(j0 + tile_k, end)
         bk = j1 - j0
-        S = S_all[:bq * bk].reshape(bq, bk)
-        np.dot(Q, K[j0:j1].T, S)
+        S = tiles.scores(Q, K[j0:j1], S_all)
         for r in range(bq):
             row = S[r]
-            w = min(bk, i0 + r + 1 - j0) if causal else bk
-            if w <= 0:
-                row[:] = 0.0
-                corr[r] = 1.0
-                continue
-            m_new = max(m[r], row_max(row, w))
-            corr[r] = math.exp((m[r] - m_new) * scale)       # 0 on the first tile
-            _exp_shifted(row, w, m_new, scale)
-            row[w:] = 0.0
-            l[r] = l[r] * corr[r] + row_sum(row, w)
-            m[r] = m_new
+            w = tiles.visible(bk, i0 + r, j0, causal)
+            m_new = tiles.online_max(row, w, r, m, corr, scale)
+            if w > 0:
+                _exp_shifted(row, w, m_new, scale)
+                tiles.online_add(row, w, r, m, l, corr, m_new)
         np.dot(S, V[j0:j1], PV[:bq])
-        for r in range(bq):
-            c = corr[r]
-            for k in range(d_v):
-                acc[r, k] = acc[r, k] * c + PV[r, k]
+        tiles.rescale_add(acc, PV, corr, bq)
 
 
 @njit(cache=True, error_model="numpy")
@@ -373,11 +362,7 @@ def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, O, L, work, st
     G, T_q, d_k = Q.shape
     T_k, d_v = K.shape[1], V.shape[2]
     floor = T_k * _weight_floor(Q)
-    n_s = tile_q * tile_k
-    S_all = work[:n_s]
-    PV = work[n_s:n_s + tile_q * d_v].reshape(tile_q, d_v)
-    acc = work[n_s + tile_q * d_v:n_s + 2 * tile_q * d_v].reshape(tile_q, d_v)
-    m, l, corr = stats[:tile_q], stats[tile_q:2 * tile_q], stats[2 * tile_q:3 * tile_q]
+    S_all, PV, acc, m, l, corr = tiles.forward_work(work, stats, tile_q, tile_k, d_v)
     for g in range(G):
         k_max = _key_norm_max(K[g]) * _bound_margin(Q)
         for i0 in range(0, T_q, tile_q):
@@ -400,6 +385,18 @@ def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, O, L, work, st
 
 
 @njit(cache=True, error_model="numpy")
+def _weights_from_L(P, L, i0, j0, causal, scale):
+    # P (bq, bk): the scores of query rows i0.. against keys j0.. on entry, the forward's
+    # weights exp(scale s - L_i) on exit, 0 where causal hides the key; L (T_q,) float64
+    bq, bk = P.shape
+    for r in range(bq):
+        row = P[r]
+        w = max(0, tiles.visible(bk, i0 + r, j0, causal))
+        _exp_shifted(row, w, L[i0 + r] / scale, scale)
+        row[w:] = 0.0
+
+
+@njit(cache=True, error_model="numpy")
 def _attend_backward_tiled(Q, K, V, L, O, dO, scale, causal, tile_q, tile_k, dQ, dK, dV, D,
                            work):
     # Reverses the tiled forward one key tile j at a time (its rows of dK, dV finished in
@@ -415,27 +412,14 @@ def _attend_backward_tiled(Q, K, V, L, O, dO, scale, causal, tile_q, tile_k, dQ,
     P_all, dP_all, tmp_q, tmp_k = tiles.backward_start(dO, O, work, tile_q, tile_k, D, dQ)
     for g in range(G):
         for j0 in range(0, T_k, tile_k):
-            j1 = min(j0 + tile_k, T_k)
-            bk = j1 - j0
-            K_j, V_j, dK_j, dV_j, tk_v, tk_k = tiles.key_tile(K, V, dK, dV, tmp_k, g, j0, j1)
-            for i0 in range((j0 // tile_q) * tile_q if causal else 0, T_q, tile_q):
-                i1 = min(i0 + tile_q, T_q)
-                bq = i1 - i0
-                Q_i, dO_i, P, dP = tiles.query_tile(Q, dO, K_j, P_all, dP_all, g, i0, i1)
-                for r in range(bq):
-                    row = P[r]
-                    w = max(0, min(bk, i0 + r + 1 - j0)) if causal else bk
-                    _exp_shifted(row, w, L[g, i0 + r] / scale, scale)
-                    row[w:] = 0.0
-                np.dot(P.T, dO_i, tk_v)
-                dV_j += tk_v
-                np.dot(dO_i, V_j.T, dP)
-                for r in range(bq):
-                    Dr = D[g, i0 + r]
-                    p, s = P[r], dP[r]
-                    for c in range(bk):
-                        s[c] = p[c] * (s[c] - Dr) * scale
-                tiles.add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, g, i0, i1)
+            K_j, V_j, dK_j, dV_j, tk_v, tk_k = tiles.key_tile(K, V, dK, dV, tmp_k, g, j0, tile_k)
+            for i0 in range(tiles.first_query_tile(j0, tile_q, causal), T_q, tile_q):
+                Q_i, dO_i, P, dP = tiles.query_tile(Q, dO, K_j, P_all, dP_all, g, i0, tile_q)
+                _weights_from_L(P, L[g], i0, j0, causal, scale)
+                tiles.add_dV_dP(P, dO_i, V_j, tk_v, dV_j, dP)
+                for r in range(P.shape[0]):
+                    tiles.softmax_backward_row(P[r], dP[r], D[g, i0 + r], scale, P.shape[1])
+                tiles.add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, g, i0)
 
 
 # ------------------------------------------------------------------ layer norm
