@@ -209,6 +209,20 @@ class Family:
                          f"{[k.name for k in self.compared]!r}, got {name!r}.")
 
 
+def projection_weights(d, d_k=None, d_v=None, out_first=False):
+    """``Tracing.weights`` of a model whose queries, keys and values are projections of X: Wq,
+    Wk (d, d_k) and Wv (d, d_v), counted under "projections"; with ``out_first`` stored as
+    (d_k, d) and (d_v, d), the layout of torch's Linear weights. d_k and d_v default to d."""
+    d_k = d if d_k is None else d_k
+    d_v = d if d_v is None else d_v
+
+    def weight(name, width, axis):
+        if out_first:
+            return name, (width, d), (axis, "d_model"), "projections"
+        return name, (d, width), ("d_model", axis), "projections"
+    return weight("Wq", d_k, "d_k"), weight("Wk", d_k, "d_k"), weight("Wv", d_v, "d_v")
+
+
 def path_options(config, name):
     """The gradient-path knobs of family ``name`` in a ``DecayConfig``: its entry in
     ``config.path_options`` where there is one, else the family's own default."""

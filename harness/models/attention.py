@@ -23,7 +23,7 @@ from harness.kernels.blas import matmul
 from harness.infra.stats import fit_rate
 from harness.infra.validate import as_float_array, check_int, check_memory, check_real, check_seed
 from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
-                            path_frame)
+                            path_frame, projection_weights)
 
 
 # ------------------------------------------------------------------ counts and inputs
@@ -36,11 +36,7 @@ def macs(T, d, d_k=None, d_v=None):
 
 
 def trace_weights(d, d_k=None, d_v=None):
-    d_k = d if d_k is None else d_k
-    d_v = d if d_v is None else d_v
-    return (("Wq", (d, d_k), ("d_model", "d_k"), "projections"),
-            ("Wk", (d, d_k), ("d_model", "d_k"), "projections"),
-            ("Wv", (d, d_v), ("d_model", "d_v"), "projections"))
+    return projection_weights(d, d_k, d_v)
 
 
 def traced_forward(X, Wq, Wk, Wv):
@@ -56,6 +52,11 @@ def trace_memory_bytes(T, d, d_k=None, d_v=None):
     e, w = trace.BYTES_PER_ELEMENT, max(d, d_k, d_v)
     return (e * (2 * T * w + 2 * d * (2 * d_k + d_v)) + 6 * trace.field_bytes(T, w)
             + 5 * trace.field_bytes(T, T))
+
+
+TRACING = Tracing(weights=trace_weights,
+                  forms=(Form("attention", traced_forward, macs, trace_memory_bytes),),
+                  lesson_parts=("grid", "mix"))
 
 
 def inputs(T, d, batch=1, dtype="float64", seed=0):
@@ -295,6 +296,10 @@ def path_flops(T, d, config):
     return 4 * T * d * d + 20 * (T - 1) * d ** 3
 
 
+PATH = GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
+                    memory=path_memory, flops=path_flops)
+
+
 # ------------------------------------------------------------------ peers
 
 def _heads(*qkv):
@@ -380,12 +385,7 @@ FAMILY = Family(
     kernels=Kernels(forward=attention.forward, backward=backward_from, primary=lambda out: out[0],
                     inputs=inputs,
                     grid_elements=lambda T, batch: batch * T * T),   # A, (B, T, T): kept for the backward
-    tracing=Tracing(weights=trace_weights,
-                    forms=(Form("attention", traced_forward, macs, trace_memory_bytes),),
-                    lesson_parts=("grid", "mix")),
-    timed=TIMED,
-    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
-                      memory=path_memory, flops=path_flops),
+    tracing=TRACING, timed=TIMED, path=PATH,
     compared=(
         Compared("default", attention.forward, backward_from, peers, compare_target,
                  cases=tuple((1, T, d) for T in (128, 512, 2048) for d in (64, 256)),

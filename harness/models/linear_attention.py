@@ -41,7 +41,7 @@ from harness.infra.stats import LN10, fit_rate
 from harness.infra.validate import check_choice, check_int, check_memory, check_real, check_seed
 from harness.kernels import linear_attention as la
 from harness.models import (Compared, Family, Form, GradientPath, Kernels, Tracing, Variant,
-                            _linear, path_frame, path_options)
+                            _linear, path_frame, path_options, projection_weights)
 
 NAME = "linear_attention"
 METHODS = la.METHODS               # ("recurrent", "parallel", "chunked")
@@ -64,11 +64,7 @@ LINEAR = LinearOptions()
 # ------------------------------------------------------------------ counts and inputs
 
 def trace_weights(d, d_k=None, d_v=None):
-    d_k = d if d_k is None else d_k
-    d_v = d if d_v is None else d_v
-    return (("Wq", (d_k, d), ("d_k", "d_model"), "projections"),
-            ("Wk", (d_k, d), ("d_k", "d_model"), "projections"),
-            ("Wv", (d_v, d), ("d_v", "d_model"), "projections"))
+    return projection_weights(d, d_k, d_v, out_first=True)              # (d_k, d): q_t = Wq x_t
 
 
 def _widths(d, d_k, d_v):
@@ -104,6 +100,11 @@ FORMS = (
     Form(f"{NAME}-parallel", _linear.parallel_forward, _linear.parallel_macs, parallel_trace_bytes),
     Form(f"{NAME}-chunked", _linear.chunked_forward, _linear.chunked_macs, chunked_trace_bytes),
 )
+
+
+TRACING = Tracing(weights=trace_weights, forms=FORMS,
+                  # the products that mix positions, in every form (each form's others are 0)
+                  lesson_parts=("mul", "product", "grid", "mix"))
 
 
 def _draw(rng, T, d, batch=1, dtype="float64"):
@@ -302,6 +303,10 @@ def path_flops(T, d, config):
     return 6 * T * d * d + 20 * T * d ** 3
 
 
+PATH = GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
+                    memory=path_memory, flops=path_flops, options=LINEAR)
+
+
 # ------------------------------------------------------------------ what the lessons claim
 
 def selective_spread(distances=(16, 64, 256), draws=200, input_scales=(1.0, 4.0), d=32, seed=0,
@@ -400,12 +405,7 @@ DIRECTIONS = ("forward", "forward+backward")
 FAMILY = Family(
     name=NAME, title="linear attention",
     kernels=Kernels(forward=forward, backward=backward_from, primary=lambda Y: Y, inputs=inputs),
-    tracing=Tracing(weights=trace_weights, forms=FORMS,
-                    # the products that mix positions, in every form (each form's others are 0)
-                    lesson_parts=("mul", "product", "grid", "mix")),
-    timed=TIMED,
-    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
-                      memory=path_memory, flops=path_flops, options=LINEAR),
+    tracing=TRACING, timed=TIMED, path=PATH,
     compared=(
         Compared("default", forward, backward_from, peers, compare_target, directions=DIRECTIONS,
                  cases=((1, 4096, 64), (1, 65536, 64)),

@@ -116,6 +116,12 @@ def scan_trace_memory_bytes(T, d, d_h=None):
     return e * (T * d + 4 * T * d_h + 2 * d_h * d) + 20 * trace.BYTES_PER_STEP * max(T.bit_length(), 1)
 
 
+TRACING = Tracing(weights=trace_weights,
+                  forms=(Form("lru", loop_forward, macs, trace_memory_bytes),
+                         Form("lru-scan", scan_forward, scan_macs, scan_trace_memory_bytes)),
+                  lesson_parts=("recurrence", "input"))
+
+
 def inputs(T, d, batch=1, dtype="float64", seed=0):
     """X (T, d) or (B, T, d) ~ N(0, 1), real; lam, B from ``lru.ring_init`` (LruConfig's ring),
     complex64 for float32, complex128 for float64."""
@@ -273,6 +279,10 @@ def path_flops(T, d, config):
     return 8 * T * d * d + 10 * d
 
 
+PATH = GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
+                    memory=path_memory, flops=path_flops, options=LRU)
+
+
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dY, torch=None):
@@ -376,13 +386,7 @@ def chunked_scaling(config=LRU, seed=0):
 FAMILY = Family(
     name="lru", title="linear recurrence (LRU)",
     kernels=Kernels(forward=lru.forward, backward=backward_from, primary=primary, inputs=inputs),
-    tracing=Tracing(weights=trace_weights,
-                    forms=(Form("lru", loop_forward, macs, trace_memory_bytes),
-                           Form("lru-scan", scan_forward, scan_macs, scan_trace_memory_bytes)),
-                    lesson_parts=("recurrence", "input")),
-    timed=TIMED,
-    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
-                      memory=path_memory, flops=path_flops, options=LRU),
+    tracing=TRACING, timed=TIMED, path=PATH,
     compared=(Compared("default", lru.forward, backward_from, peers, compare_target,
                        cases=((1, 1000, 64), (32, 1000, 64), (1, 2 ** 16, 64)),
                        quick_cases=((1, 16, 8), (3, 16, 8))),),

@@ -59,6 +59,11 @@ def trace_memory_bytes(T, d, d_h=None):
     return e * (2 * T * max(d, d_h) + 2 * d_h * d + 2 * d_h * d_h) + trace.BYTES_PER_STEP * T
 
 
+TRACING = Tracing(weights=trace_weights,
+                  forms=(Form("rnn", traced_forward, macs, trace_memory_bytes),),
+                  lesson_parts=("recurrence", "input"))
+
+
 def inputs(T, d, batch=1, dtype="float64", seed=0):
     """X (T, d) or (B, T, d) ~ N(0, 1); W_xh, W_hh ~ N(0, 1/d), which keeps tanh out of saturation."""
     rng = np.random.default_rng(seed)
@@ -327,6 +332,10 @@ def path_memory(T, d, config):
     return stages
 
 
+PATH = GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
+                    memory=path_memory, flops=path_flops)
+
+
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dH, torch=None):
@@ -356,12 +365,7 @@ def compare_target(batch, direction, T, d):
 FAMILY = Family(
     name="rnn", title="RNN",
     kernels=Kernels(forward=rnn.forward, backward=backward_from, primary=lambda H: H, inputs=inputs),
-    tracing=Tracing(weights=trace_weights,
-                    forms=(Form("rnn", traced_forward, macs, trace_memory_bytes),),
-                    lesson_parts=("recurrence", "input")),
-    timed=TIMED,
-    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
-                      memory=path_memory, flops=path_flops),
+    tracing=TRACING, timed=TIMED, path=PATH,
     compared=(Compared("default", rnn.forward, backward_from, peers, compare_target,
                        cases=((1, 1000, 64), (1, 1000, 256), (1, 1000, 512),
                               (32, 1000, 64), (32, 1000, 256)),

@@ -191,6 +191,11 @@ def trace_memory_bytes(T, d):
             + 12 * trace.field_bytes(T, FF_RATIO * d) + 6 * trace.field_bytes(T, T))
 
 
+TRACING = Tracing(weights=trace_weights,
+                  forms=(Form("transformer", traced_forward, macs, trace_memory_bytes),),
+                  lesson_parts=("grid", "mix"))
+
+
 # ------------------------------------------------------------------ timed
 
 def _timed_inputs(T, d, rng, dtype=np.float64):
@@ -358,6 +363,10 @@ def path_flops(T, d, config):
     return 6 * T * d * d + 4 * default_heads(d) * T * d * d + 60 * (T - 1) * d ** 3
 
 
+PATH = GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
+                    memory=path_memory, flops=path_flops)
+
+
 # ------------------------------------------------------------------ peers
 
 def peers(X, W, dY, torch=None):
@@ -393,12 +402,7 @@ FAMILY = Family(
     name="transformer", title="Transformer layer",
     kernels=Kernels(forward=forward, backward=backward_from, primary=lambda out: out,
                     inputs=inputs, grid_elements=grid_elements),
-    tracing=Tracing(weights=trace_weights,
-                    forms=(Form("transformer", traced_forward, macs, trace_memory_bytes),),
-                    lesson_parts=("grid", "mix")),
-    timed=TIMED,
-    path=GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary,
-                      memory=path_memory, flops=path_flops),
+    tracing=TRACING, timed=TIMED, path=PATH,
     compared=(Compared("default", forward, backward_from, peers, compare_target,
                        directions=("forward", "backward", "forward+backward"),
                        cases=((1, 512, 256), (1, 2048, 256)),       # 8 heads of 32
