@@ -504,3 +504,21 @@ def test_called_at_of_a_line_whose_source_is_gone_names_the_file_and_line_alone(
               traceback.FrameSummary(trace.__file__, 4, "_called_at", line="w")]
     monkeypatch.setattr(traceback, "extract_stack", lambda: list(frames))
     assert trace._called_at() == " (called at /nonexistent/user_forward.py:7: )"
+
+
+def test_called_at_skips_mutmuts_trampolines_when_mutmut_is_loaded(monkeypatch, tmp_path):
+    # under `make mutate` every call into the tracer passes through mutmut's trampoline.py
+    import sys
+    import traceback
+    import types
+    fake = types.ModuleType("mutmut")
+    fake.__file__ = str(tmp_path / "mutmut" / "__init__.py")
+    trampoline = str(tmp_path / "mutmut" / "mutation" / "trampoline.py")
+    frames = [traceback.FrameSummary("/home/user/forward.py", 7, "forward", line="y = h ** 2"),
+              traceback.FrameSummary(trampoline, 100, "trampoline", line="return orig_func()"),
+              traceback.FrameSummary(trace.__file__, 4, "_called_at", line="w")]
+    monkeypatch.setattr(traceback, "extract_stack", lambda: list(frames))
+    monkeypatch.delitem(sys.modules, "mutmut", raising=False)
+    assert trace._called_at() == f" (called at {trampoline}:100: return orig_func())"
+    monkeypatch.setitem(sys.modules, "mutmut", fake)
+    assert trace._called_at() == " (called at /home/user/forward.py:7: y = h ** 2)"

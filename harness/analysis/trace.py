@@ -348,12 +348,16 @@ SUPPORTED = ("a traced forward may use only @ + - * / (and unary -), np.tanh, np
 
 def _called_at():
     """' (called at FILE:LINE: code)': the innermost frame outside the tracer, NumPy and SciPy,
-    which is the line of the traced forward that asked for the operation."""
+    which is the line of the traced forward that asked for the operation. Under ``make
+    mutate`` mutmut's trampolines stand between every two functions of the tracer: their
+    frames are skipped too."""
     import os
+    import sys
     import traceback
 
     import scipy
-    inside = (os.path.dirname(np.__file__) + os.sep, os.path.dirname(scipy.__file__) + os.sep)
+    packages = [np, scipy] + [m for m in (sys.modules.get("mutmut"),) if m is not None]
+    inside = tuple(os.path.dirname(m.__file__) + os.sep for m in packages)
     for frame in reversed(traceback.extract_stack()[:-1]):
         f = frame.filename
         if f == __file__ or f.startswith(inside) or f.startswith("<"):
