@@ -59,8 +59,10 @@ def describe():
         "python": platform.python_version(),
         "numpy": np.__version__,
         "numba": numba.__version__,
-        "blas": ",".join(f"{p.get('internal_api')} {p.get('version')} ({p.get('architecture')})"
-                         for p in blas),
+        # sorted: threadpoolctl lists the libraries in the order they were loaded, which
+        # differs between two runs of the same command
+        "blas": ",".join(sorted(f"{p.get('internal_api')} {p.get('version')} "
+                                f"({p.get('architecture')})" for p in blas)),
         "blas_threads": blas_threads(),
         "numba_threads": numba.get_num_threads(),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", ""),
