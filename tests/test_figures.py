@@ -859,3 +859,106 @@ def test_gated_caption_word_for_word_in_the_frames_order_at_unit_scale_only():
         "10^-0.4), GRU at gate bias 1: 10^-2.0 (its additive route 10^-4.0). The gates open a "
         "route that survives, but its norm still falls with distance: the trip is survivable, "
         "not short (the span and path length in the depth section grow with T as the RNN's).")
+
+
+# ------------------------------------------------------------------ gated and linear attention
+
+def _gated_scales_frame(beyond=False):
+    """lstm and gru at gate biases 0 and 1 (their full path and additive route), the tanh RNN at
+    rho 0.9, each at input scales 1 (drawn) and 3 (left out); distinct values everywhere."""
+    rows = []
+    for m, base in (("lstm", -1.0), ("gru", -2.0)):
+        for b in (0.0, 1.0):
+            for s in (1.0, 3.0):
+                for k in (1, 2, 3):
+                    rows.append(dict(model=m, gate_bias=b, rho=np.nan, input_scale=s, distance=k,
+                                     log10_norm=base * k - b - 10 * (s - 1),
+                                     log10_gated=base * k / 2 - b - 10 * (s - 1)))
+    for s in (1.0, 3.0):
+        for k in (1, 2, 3):
+            rows.append(dict(model="rnn", gate_bias=np.nan, rho=0.9, input_scale=s, distance=k,
+                             log10_norm=-0.3 * k - 10 * (s - 1), log10_gated=np.nan))
+    d = pd.DataFrame(rows)
+    if beyond:                            # one value past the window, both signs
+        d.loc[(d.model == "gru") & (d.gate_bias == 1.0) & (d.input_scale == 1.0) & (d.distance == 3),
+              "log10_norm"] = -1e3
+        d.loc[(d.model == "rnn") & (d.input_scale == 1.0) & (d.distance == 1), "log10_norm"] = 75.0
+        # at the edge, not beyond it: drawn where it is, and not counted
+        d.loc[(d.model == "lstm") & (d.gate_bias == 0.0) & (d.input_scale == 1.0) & (d.distance == 3),
+              "log10_norm"] = -figures.CLIP_DECADES
+    return d
+
+
+@pytest.mark.parametrize("beyond", [False, True])
+def test_gated_figure_draws_each_familys_full_path_and_additive_route_per_gate_bias(beyond):
+    d = _gated_scales_frame(beyond)
+    fig = figures.figure_gated({"gated_decay": d})
+    legend = _legend(fig)
+    full, additive = "full ∂h_T/∂h_(T−k)", "additive route alone"
+    assert [t.get_text() for t in fig.legends[0].texts] == [
+        "config", "gate bias 0", "gate bias 1", "ρ = 0.9", "route", full, additive]
+    assert sorted(ax.get_title() for ax in fig.axes) == ["model = gru", "model = lstm", "model = rnn"]
+    edge = figures.CLIP_DECADES
+    u = d[d.input_scale == 1.0]
+    for m in ("lstm", "gru"):
+        ax = _axis(fig, m)
+        for b in (0.0, 1.0):
+            g = u[(u.model == m) & (u.gate_bias == b)]
+            assert _curves(ax, legend[f"gate bias {b:g}"]) == sorted(
+                [_xy(g.distance, g.log10_norm.clip(-edge, edge)), _xy(g.distance, g.log10_gated)])
+        assert _curves(ax, legend["ρ = 0.9"]) == []
+        # the additive route in its own dashes, the full path solid
+        styles = {tuple(ln.get_ydata()): ln.get_linestyle() for ln in ax.lines if len(ln.get_xdata())}
+        g = u[(u.model == m) & (u.gate_bias == 0.0)]
+        assert styles[tuple(g.log10_norm.clip(-edge, edge))] == "-"
+        assert styles[tuple(g.log10_gated)] != "-"
+    r = u[u.model == "rnn"]
+    assert _curves(_axis(fig, "rnn"), legend["ρ = 0.9"]) == [_xy(r.distance, r.log10_norm.clip(-edge, edge))]
+    assert sum(len(_lines(ax)) for ax in fig.axes) == 9          # nothing of input scale 3
+    assert {ax.get_xlabel() for ax in fig.axes} - {""} == {"distance k"}
+    assert {ax.get_ylabel() for ax in fig.axes} - {""} == {"log10 ‖∂h_T/∂h_(T−k)‖"}
+    assert len({ax.get_ylim() for ax in fig.axes}) == 1           # one y scale for the three
+    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    assert title == (f"values beyond ±{edge} decades drawn at the edge (2 points)" if beyond else "")
+
+
+def _linear_frames():
+    forms = dict(zip(figures.numbers.linear_forms(), figures.numbers.LINEAR_ALGORITHMS))
+    Ts = (64, 256, 1024)
+    rows = lambda col, f: pd.DataFrame(  # noqa: E731
+        [{"model": m, "T": T, col: f(i, j)} for i, m in enumerate(list(forms) + ["rnn"])
+         for j, T in enumerate(Ts)])
+    depth = rows("span", lambda i, j: 10.0 ** (i + j))
+    memory = rows("peak_bytes", lambda i, j: 2.0 ** 20 * (i + 2) * (j + 1))
+    wall = rows("seconds", lambda i, j: 1e-3 * (i + 1) * 4 ** j)
+    wall["T"] *= 8                                   # timed further out: each panel its own T
+    wall.loc[(wall.model == list(forms)[1]) & (wall["T"] == 8192), "seconds"] = np.nan
+    depth["work"] = [np.nan] + [1.0] * (len(depth) - 1)    # a gap elsewhere drops no row
+    return forms, {"depth": depth, "peak_memory": memory, "wall_times": wall}
+
+
+def test_linear_figure_draws_each_algorithms_span_memory_and_time_in_its_own_panel():
+    forms, f = _linear_frames()
+    fig = figures.figure_linear(f)
+    legend = _legend(fig)
+    assert [t.get_text() for t in fig.legends[0].texts] == list(figures.numbers.LINEAR_ALGORITHMS)
+    assert sorted(ax.get_title() for ax in fig.axes) == sorted(
+        ["span (operations, traced)", "peak memory (MiB)", "forward time (s)"])
+    for title, frame, column, scale in (("span (operations, traced)", f["depth"], "span", 1.0),
+                                        ("peak memory (MiB)", f["peak_memory"], "peak_bytes", 2.0 ** -20),
+                                        ("forward time (s)", f["wall_times"], "seconds", 1.0)):
+        ax = next(ax for ax in fig.axes if ax.get_title() == title)
+        assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("T", "")
+        assert isinstance(ax.xaxis.get_minor_formatter(), matplotlib.ticker.NullFormatter)
+        for model, algorithm in forms.items():
+            g = frame[frame.model == model].dropna(subset=[column])
+            assert _curves(ax, legend[algorithm]) == [_xy(g["T"], g[column] * scale)], (title, model)
+        assert len(_lines(ax)) == 3                                   # the rnn's rows left out
+        # each algorithm its own marker, every line solid
+        lines = [ln for ln in ax.lines if len(ln.get_xdata())]
+        assert len({ln.get_marker() for ln in lines}) == 3
+        assert {ln.get_linestyle() for ln in lines} == {"-"}
+        assert "None" not in {ln.get_marker() for ln in lines}
+    assert len({ax.get_ylim() for ax in fig.axes}) == 3               # each measure its own scale
+    assert len({ax.get_xlim() for ax in fig.axes}) == 2               # and its own T range
