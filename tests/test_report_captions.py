@@ -696,3 +696,54 @@ def test_transformer_caption_word_for_word_with_two_mixing_boxes_and_two_familie
         "h = 1, 2 (T = 16, d = 8). Counting every product of a layer at d = 8, its T² terms pass "
         "its projections and feed-forward only at T = 50 (6.25·d); at T = 64 the layer does "
         "116.7× the LSTM's, 233.5× the RNN's multiplications.")
+
+
+# ------------------------------------------------------------------ the wall caption's fit ranges
+
+def test_names_are_listed_with_commas_and_a_final_and():
+    assert captions._and(["rnn"]) == "rnn"
+    assert captions._and(["lru", "rnn"]) == "lru and rnn"
+    assert captions._and(["gru", "lru", "lstm", "rnn"]) == "gru, lru, lstm and rnn"
+
+
+def test_fitted_ranges_name_each_T_max_from_the_largest_and_the_others_last():
+    e = pd.DataFrame({"model": ["lru", "rnn", "gru", "lstm", ATTENTION, "unfitted"],
+                      "T_max": [4096, 4096, 2048, 1536, 1024, np.nan],
+                      "exponent_lo": [1.0, 1.0, np.nan, 1.0, 1.9, np.nan]})   # a gap elsewhere
+    assert captions._fitted_ranges(e) == (
+        f"4096 (lru and rnn; gru to 2048; lstm to 1536; the others to 1024)")
+    assert captions._fitted_ranges(e[e.model.isin(["lru", "rnn"])]) == "4096"
+
+
+def _shares(**rnn):
+    row = dict(model=RECURRENCE, fixed_share=0.2, fixed_share_T_max=0.015, T_min=64, T_max=4096)
+    return {**row, **rnn}
+
+
+def test_fixed_shares_give_the_rnns_share_at_both_ends_and_the_largest_other():
+    other = dict(model="gru", fixed_share=0.35, fixed_share_T_max=0.021, T_min=64, T_max=2048)
+    e = pd.DataFrame([_shares(), other])
+    assert captions._fixed_shares(e) == (
+        "; a is 20% of the RNN's time at T = 64 and 1.5% at T = 4096, at most 35% (gru) at "
+        "T = 64 and 2.1% at its T = 2048")
+    # an other model no larger than the RNN's share (a tie, listed first) is not named
+    tie = pd.DataFrame([{**other, "fixed_share": 0.2}, _shares()])
+    assert captions._fixed_shares(tie) == "; a is 20% of the RNN's time at T = 64 and 1.5% at T = 4096"
+    # without the share at T_max, or with it unknown: the first part alone
+    first = "; a is 20% of the RNN's time at T = 64"
+    assert captions._fixed_shares(pd.DataFrame([_shares()]).drop(columns="fixed_share_T_max")) == first
+    assert captions._fixed_shares(pd.DataFrame([_shares(fixed_share_T_max=np.nan)])) == first
+    # no RNN, or its share unknown: nothing
+    assert captions._fixed_shares(pd.DataFrame([other])) == ""
+    assert captions._fixed_shares(pd.DataFrame([_shares(fixed_share=np.nan), other])) == ""
+
+
+def test_wall_caption_names_every_widened_fit_and_only_those_beyond_the_noise():
+    w = pd.DataFrame({"model": [RECURRENCE, ATTENTION, "lru"], "T": 64, "d": 32, "threads": 1,
+                      "seconds_per_step": [1e-6, 2e-6, 3e-6]})
+    e = pd.DataFrame({"model": [RECURRENCE, ATTENTION, "lru"], "exponent": [1.0, 2.0, 1.1],
+                      "exponent_lo": [np.nan] * 3, "exponent_hi": [np.nan] * 3,
+                      "lack_of_fit": [1.5, 1.0, 3.25]})
+    cap = captions.caption_wall({"wall_times": w, "exponents": e})
+    assert ("(widened where the medians stray from the fitted curve beyond the rounds' noise, by "
+            f"×1.50 for {RECURRENCE}, ×3.25 for lru)") in cap
