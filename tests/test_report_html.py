@@ -45,6 +45,11 @@ def test_table1_formats_counts_with_separators():
                                                          "value": [1.0]}))
     assert re.findall(r"<th>(.*?)</th>", claims) == ["claim", "lesson", "verdict", "measured"]
     assert "<td>a &lt; b</td>" in claims
+    # the lesson's own words, when the table has them, beside the claim
+    quoted = report_html.claims_table_html(pd.DataFrame({"lesson": ["l"], "quote": ["«x»"],
+                                                         "claim": ["c"], "verdict": ["holds"]}))
+    assert re.findall(r"<th>(.*?)</th>", quoted) == ["claim", "quote", "lesson", "verdict"]
+    assert "<td>«x»</td>" in quoted
 
 
 def test_render_html_frames_the_page_and_counts_broken_images():
