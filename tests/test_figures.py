@@ -920,6 +920,8 @@ def test_gated_figure_draws_each_familys_full_path_and_additive_route_per_gate_b
     assert len({ax.get_ylim() for ax in fig.axes}) == 1           # one y scale for the three
     title = fig._suptitle.get_text() if fig._suptitle is not None else ""
     assert title == (f"values beyond ±{edge} decades drawn at the edge (2 points)" if beyond else "")
+    if beyond:                                   # a note in small type just above the panels
+        assert (fig._suptitle.get_fontsize(), fig._suptitle.get_position()[1]) == (8.0, 1.02)
 
 
 def _linear_frames():
@@ -962,3 +964,53 @@ def test_linear_figure_draws_each_algorithms_span_memory_and_time_in_its_own_pan
         assert "None" not in {ln.get_marker() for ln in lines}
     assert len({ax.get_ylim() for ax in fig.axes}) == 3               # each measure its own scale
     assert len({ax.get_xlim() for ax in fig.axes}) == 2               # and its own T range
+
+
+# every panel's size in inches (height, width): the report's layout, each figure's facets side
+# by side and its legend outside them (seaborn widens the figure by the legend's width)
+PANELS = {"additive": (3.2, 3.2), "attention_path": (3.6, 5.04), "clipping": (3.4, 5.1),
+          "decay": (3.6, 4.5), "depth": (3.2, 3.52), "gated": (3.4, 3.74), "history": (3.2, 3.2),
+          "layer_work": (3.6, 5.4), "linear": (3.2, 3.52), "lru_decay": (3.6, 5.04),
+          "maps": (3.4, 3.4), "memory": (3.6, 5.4), "routes": (3.2, 4.48), "row_max": (3.2, 4.48),
+          "schedule": (3.4, 4.08), "wall": (3.6, 5.4), "work": (3.6, 5.4)}
+
+
+@pytest.mark.parametrize("name", sorted(PANELS))
+def test_every_figures_panels_have_the_reports_size(name):
+    every = _every_figure()
+    every["gated"] = (figures.figure_gated, {"gated_decay": _gated_scales_frame()})
+    every["linear"] = (figures.figure_linear, _linear_frames()[1])
+    fn, frames = every[name]
+    fig = fn(frames)
+    width, height = fig.get_size_inches()
+    cols = len({round(ax.get_position().x0, 3) for ax in fig.axes})
+    rows = len({round(ax.get_position().y0, 3) for ax in fig.axes})
+    legend = fig.legends[0].get_window_extent().width / fig.dpi if fig.legends else 0.0
+    assert height / rows == pytest.approx(PANELS[name][0], abs=1e-9)
+    assert (width - legend) / cols == pytest.approx(PANELS[name][1], abs=1e-3)
+
+
+def test_depth_figure_draws_the_long_lengths_at_their_own_d_in_their_own_style():
+    short = _depth_frame()
+    long = _depth_frame().assign(d=64, T=lambda x: x["T"] * 100)
+    fig = figures.figure_depth({"depth": short, "depth_long": long})
+    texts = [t.get_text() for t in fig.legends[0].texts]
+    assert texts[texts.index("d"):] == ["d", "8", "64"]
+    ax = _axis(fig, "span")
+    styles = {}
+    for ln in ax.lines:
+        if len(ln.get_xdata()) == 3:
+            styles[float(ln.get_xdata()[0])] = ln.get_linestyle()
+    assert styles[10.0] != styles[1000.0]              # d = 8 from T = 10, d = 64 from T = 1000
+    one = figures.figure_depth({"depth": short})        # one d: no style, no "d" in the legend
+    assert "d" not in [t.get_text() for t in one.legends[0].texts]
+    assert {ln.get_linestyle() for ax in one.axes for ln in ax.lines if len(ln.get_xdata())} == {"-"}
+
+
+@pytest.mark.parametrize("name", ["work", "layer_work"])
+def test_count_figures_draw_every_model_solid_and_told_apart_by_marker(name):
+    fn, frames = _every_figure()[name]
+    fig = fn(frames)
+    lines = [ln for ax in fig.axes for ln in ax.lines if len(ln.get_xdata()) >= 3]
+    assert lines and {ln.get_linestyle() for ln in lines} == {"-"}
+    assert len({ln.get_marker() for ln in lines}) == len(lines)
