@@ -1075,3 +1075,18 @@ def test_forward_tables_count_every_input_at_every_length_under_the_name_given(t
                                        ("2*T", 10)])
 def test_a_dimension_is_sized_at_the_traced_lengths(tok, size):
     assert depth._size(tok, 5, 6) == size
+
+
+def test_an_errors_line_whose_source_is_gone_is_named_by_file_and_line_alone(monkeypatch):
+    import traceback
+    frames = [traceback.FrameSummary("/nonexistent/forward.py", 12, "forward", line=None)]
+    monkeypatch.setattr(traceback, "extract_tb", lambda tb: list(frames))
+    assert depth._user_line(ValueError("x")) == " (called at /nonexistent/forward.py:12: )"
+
+
+def test_a_forward_without_multiplications_has_an_empty_counts_table_with_its_columns(tmp_path):
+    path = tmp_path / "adds.py"
+    path.write_text("def twice(X):\n    return X + X\n")
+    counts, tab = depth.forward_tables(f"{path}:twice", {"X": ("T", "d")}, [5], 3)
+    assert counts.empty and list(counts.columns) == ["model", "T", "d", "part", "macs", "flops"]
+    assert tab["T"].tolist() == [5] and tab.macs.tolist() == [0]
