@@ -218,3 +218,33 @@ def test_offset_power_law_is_nan_under_three_T_or_with_a_time_not_positive():
     assert np.isnan(p).all() and np.isnan(a).all() and np.isnan(b).all()
     p, _, _ = fit.offset_power_law([10, 20, 40], [[1.0, 2.0, 4.0], [1.0, 0.0, 4.0], [1, np.nan, 4]])
     assert p[0] == pytest.approx(1.0, abs=1e-6) and np.isnan(p[1:]).all()
+
+
+def test_offset_power_law_is_nan_for_a_negative_or_infinite_time_and_silent_about_it():
+    import warnings
+    T = [10, 20, 40, 80]
+    rows = [[1.0, 2.0, 4.0, 8.0], [1.0, -2.0, 4.0, 8.0], [1.0, np.inf, 4.0, 8.0],
+            [1.0, 0.0, 4.0, 8.0], [8.0, 4.0, 2.0, 1.0]]       # the last falls with T: no b > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                          # no RuntimeWarning reaches the user
+        p, a, b = fit.offset_power_law(T, rows)
+    assert p[0] == pytest.approx(1.0, abs=1e-6) and b[0] == pytest.approx(0.1, rel=1e-6)
+    assert np.isnan(p[1:]).all() and np.isnan(a[1:]).all() and np.isnan(b[1:]).all()
+
+
+def test_offset_power_law_needs_every_T_positive_and_keeps_the_leading_shape():
+    y = 1e-3 * np.arange(1, 5.0)
+    assert np.isnan(fit.offset_power_law([0, 10, 20, 40], y)).all()       # T = 0: no power of it
+    p, a, b = fit.offset_power_law([1, 2, 4, 8], 1e-3 + 2e-4 * np.array([1, 2, 4, 8.0]) ** 1.5)
+    assert (p, a, b) == pytest.approx((1.5, 1e-3, 2e-4), rel=1e-6)          # T = 1 is a length
+    for shape in ((4,), (3, 4), (2, 3, 4)):                                   # too few distinct T
+        got = fit.offset_power_law([10, 10, 20, 20], np.ones(shape))
+        assert all(z.shape == shape[:-1] and np.isnan(z).all() for z in got), shape
+
+
+@pytest.mark.parametrize("p", [fit.P_GRID[0], fit.P_GRID[1], fit.P_GRID[-2], fit.P_GRID[-1]])
+def test_offset_power_law_finds_an_exponent_at_either_end_of_its_grid(p):
+    T = np.array([16, 32, 64, 128, 256, 512.0])
+    q, a, b = fit.offset_power_law(T, 1e-6 + 1e-6 * T ** p)         # the two terms comparable
+    assert q == pytest.approx(p, abs=1e-7) and b == pytest.approx(1e-6, rel=1e-6)
+    assert a == pytest.approx(1e-6, rel=1e-3)            # at p = 4 the fixed cost is 1e-5 of a call
