@@ -784,3 +784,39 @@ def test_the_quick_report_times_the_recurrences_to_the_full_reports_top():
     quick, full = config.QUICK_REPORT.wall, config.REPORT.wall
     assert max(quick.T_values) < max(full.T_values) == max(quick.linear_T_values)
     assert min(quick.T_values) <= quick.fit_min_T
+
+
+def test_fit_exponents_at_three_two_and_one_length():
+    # three T: the fixed cost and the work's exponent fitted (a = 1e-4, b T^1.5); two T: the
+    # straight line in log-log with no fixed cost; one T: nothing to fit
+    Ts = (100, 400, 1600)
+    rows = [dict(model=m, T=T, d=8, seconds=1e-4 + 1e-7 * T ** 1.5)
+            for m, keep in (("three", 3), ("two", 2), ("one", 1)) for T in Ts[:keep]]
+    ex = walltime.fit_exponents(pd.DataFrame(rows), min_T=100).set_index("model")
+    assert ex.loc["three", "exponent"] == pytest.approx(1.5, abs=1e-6)
+    assert ex.loc["three", "fixed_seconds"] == pytest.approx(1e-4, rel=1e-5)
+    two = np.log((1e-4 + 1e-7 * 400 ** 1.5) / (1e-4 + 1e-7 * 100 ** 1.5)) / np.log(4)
+    assert ex.loc["two", "exponent"] == pytest.approx(two, rel=1e-12)
+    assert ex.loc["two", "fixed_seconds"] == 0.0
+    assert math.isnan(ex.loc["one", "exponent"]) and math.isnan(ex.loc["one", "fixed_seconds"])
+    assert (ex.lack_of_fit == 1.0).all()                   # no rounds: nothing to widen by
+
+
+def _scattered(Ts, off, noise, rounds=9, seed=0):
+    """Medians of a + b T with a relative offset ``off`` at each T, and rounds scattering by
+    ``noise`` about them: (Ts, medians, resampled medians (200, n))."""
+    rng = np.random.default_rng(seed)
+    Ts = np.asarray(Ts, float)
+    med = (1e-4 + 1e-6 * Ts) * np.exp(np.asarray(off))
+    r = med * np.exp(rng.normal(0, noise, (200, Ts.size))) if noise else np.tile(med, (200, 1))
+    return Ts, med, r
+
+
+def test_lack_of_fit_from_four_lengths_and_none_without_a_spread():
+    Ts, med, r = _scattered((128, 256, 512, 1024), (0.0, 0.2, -0.2, 0.0), 0.01)
+    assert walltime._lack_of_fit(Ts, med, r) > 2.0          # 20 % off the curve, 1 % noise
+    # three lengths leave no freedom; a median with no spread gives no unit: 1 either way
+    assert walltime._lack_of_fit(*_scattered((128, 256, 512), (0.0, 0.2, -0.2), 0.01)) == 1.0
+    Ts, med, r = _scattered((128, 256, 512, 1024), (0.0, 0.2, -0.2, 0.0), 0.01)
+    r[:, 1] = med[1]
+    assert walltime._lack_of_fit(Ts, med, r) == 1.0

@@ -307,7 +307,9 @@ def _lack_of_fit(Ts, medians, resampled):
     n = len(Ts)
     p, a, b = (float(z) for z in stats.offset_power_law(Ts, medians))
     se = np.log(resampled).std(axis=0)                                    # (n,)
-    if n <= 3 or not (math.isfinite(p) and np.all(se > 0)):
+    # a spread below 1e-12 is the rounding of identical logs (their mean is off by an ulp),
+    # not a timing's noise: no unit to measure residuals in
+    if n <= 3 or not (math.isfinite(p) and np.all(se > 1e-12)):
         return 1.0
     resid = np.log(medians / (a + b * Ts ** p))
     return max(1.0, math.sqrt(float(np.sum((resid / se) ** 2)) / (n - 3)))
