@@ -536,3 +536,48 @@ def test_check_out_names_the_folder_it_refuses(tmp_path, monkeypatch):
     with pytest.raises(UsageError) as err:
         report.check_out(".")
     assert str(err.value).startswith("--out: '.' is the current directory or holds it; ")
+
+
+@pytest.mark.parametrize("which", ["parent", "folder"])
+def test_build_report_names_the_folder_it_cannot_make(tmp_path, which):
+    out = (tmp_path / "runs" / "report").resolve()
+    target = out.parent if which == "parent" else out
+    real = Path.mkdir
+
+    def mkdir(self, *a, **k):
+        if self == target:
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+        return real(self, *a, **k)
+    with mock.patch.object(Path, "mkdir", mkdir), pytest.raises(UsageError) as err:
+        report.build_report(out)
+    assert str(err.value) == f"--out: cannot write in {str(target)!r}: {os.strerror(errno.EACCES)}"
+
+
+def test_the_gated_section_draws_the_gated_families_and_the_tanh_rnn_on_orthogonal_weights():
+    from harness.report import build
+    rows = [dict(model=m, activation=a, weight=w) for m in ("lstm", "gru", "rnn", "attention")
+            for a in ("tanh", "identity") for w in ("orthogonal", "gaussian")]
+    frame = pd.DataFrame(rows)
+    got = build.gated_rows(frame)
+    want = frame[frame.model.isin(["lstm", "gru"])
+                 | ((frame.model == "rnn") & (frame.activation == "tanh") & (frame.weight == "orthogonal"))]
+    pd.testing.assert_frame_equal(got, want)
+    assert len(got) == 9                                   # 4 lstm, 4 gru, 1 rnn
+
+
+def test_the_depth_section_traces_its_long_lengths_only_when_it_has_some():
+    import dataclasses
+    from harness.analysis import depth
+    from harness.infra.config import DepthConfig, REPORT
+    from harness.report import build
+    cfg = dataclasses.replace(REPORT, depth=DepthConfig(d=2, T_values=(4, 8)),
+                              depth_long=DepthConfig(d=3, T_values=(16,)))
+    got = build.depth_frames(cfg)
+    assert sorted(got) == ["depth", "depth_long"]
+    timed = ["trace_seconds"]                          # the tracer's own time: measured
+    pd.testing.assert_frame_equal(got["depth"].drop(columns=timed),
+                                  depth.depth_table((4, 8), 2).drop(columns=timed))
+    pd.testing.assert_frame_equal(got["depth_long"].drop(columns=timed),
+                                  depth.depth_table((16,), 3).drop(columns=timed))
+    short = build.depth_frames(dataclasses.replace(cfg, depth_long=DepthConfig(d=3, T_values=())))
+    assert list(short) == ["depth"]

@@ -37,6 +37,23 @@ STAGES = 9          # the progress calls of _sections, for a bar with a count
 DATA_DICTIONARY = Path(__file__).resolve().parents[2] / "docs" / "data.md"
 
 
+def depth_frames(config):
+    """The depth section's tables: ``depth`` at ``config.depth``'s lengths, and ``depth_long``
+    at ``config.depth_long``'s when it has any (the full report's figure goes on to T =
+    65,536, at its own d)."""
+    frames = {"depth": depth.depth_table(config.depth.T_values, config.depth.d)}
+    if config.depth_long.T_values:
+        frames["depth_long"] = depth.depth_table(config.depth_long.T_values, config.depth_long.d)
+    return frames
+
+
+def gated_rows(frame):
+    """The decay sweep's rows the gated section draws: every gated family's, and beside them
+    the tanh RNN's on orthogonal W_hh."""
+    return frame[frame.model.isin(GATED) | ((frame.model == RNN) & (frame.activation == "tanh")
+                                            & (frame.weight == "orthogonal"))]
+
+
 def _sections(config, progress):
     """Run the analysers: yields (key, title, frames, figure fns). Calls ``progress(stage)``
     ``STAGES`` times."""
@@ -57,10 +74,8 @@ def _sections(config, progress):
            [("clipping", figures.figure_clipping)])
 
     progress("depth: tracing the forwards")
-    dt = depth.depth_table(config.depth.T_values, config.depth.d)
-    frames = {"depth": dt}
-    if config.depth_long.T_values:          # the full report's figure goes on to T = 65,536
-        frames["depth_long"] = depth.depth_table(config.depth_long.T_values, config.depth_long.d)
+    frames = depth_frames(config)
+    dt = frames["depth"]
     yield ("depth", "Sequential depth: span and path length", frames,
            [("depth", figures.figure_depth)])
 
@@ -70,8 +85,7 @@ def _sections(config, progress):
            {"scan_depth": dt[dt.model.isin(recurrences)], "lru_decay": lru_rows},
            [("lru_decay", figures.figure_lru_decay)])
 
-    gated = frame[frame.model.isin(GATED) | ((frame.model == RNN) & (frame.activation == "tanh")
-                                             & (frame.weight == "orthogonal"))]
+    gated = gated_rows(frame)
     yield ("gated", "The gated recurrences: survivable, not short", {"gated_decay": gated},
            [("gated_decay", figures.figure_gated)])
 
