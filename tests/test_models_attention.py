@@ -448,3 +448,60 @@ def test_tiled_forward_passes_scale_and_causal_on(scale, causal):
     want = attention.forward(X, *W, scale=scale, causal=causal)[0]
     np.testing.assert_allclose(Y, want, rtol=1e-12, atol=1e-14)
     assert not np.allclose(Y, attention.forward(X, *W)[0])     # not the default's answer
+
+
+def _closed_form_path(X, Wq, Wk, Wv):
+    """log10 of (total, value, score) per distance k = 1..T-1, from the formulas in float64."""
+    T = X.shape[0]
+    q = X[-1] @ Wq
+    e = (X @ Wk) @ q / math.sqrt(Wq.shape[1])
+    a = np.exp(e - e.max())
+    a /= a.sum()
+    V, g = X @ Wv, Wk @ q / math.sqrt(Wq.shape[1])
+    y = a @ V
+    out = []
+    for k in range(1, T):
+        j = T - 1 - k
+        total = np.linalg.svd(a[j] * Wv.T + a[j] * np.outer(V[j] - y, g), compute_uv=False)[0]
+        value = a[j] * np.linalg.svd(Wv, compute_uv=False)[0]
+        score = a[j] * np.linalg.norm(V[j] - y) * np.linalg.norm(g)
+        out.append([math.log10(x) if x > 0 else math.nan for x in (total, value, score)])
+    return np.array(out)
+
+
+def test_attention_paths_of_width_one_keep_the_score_routes_direction():
+    # d = 1: every v_j - y_T has one component, so its unit vector is that component's sign
+    X, Wq, Wk, Wv = _attention_case(T=6, d=1, d_v=1, seed=4)
+    f = att_family.attention_paths(X=X, Wq=Wq, Wk=Wk, Wv=Wv)
+    np.testing.assert_allclose(f[["log10_norm", "log10_value", "log10_score"]].to_numpy(),
+                               _closed_form_path(X, Wq, Wk, Wv), atol=1e-12)
+
+
+def test_attention_paths_without_values_have_no_route_to_take_a_logarithm_of():
+    X, Wq, Wk, _ = _attention_case(T=6, d=3, d_v=3, seed=6)
+    # Wv = 0: V = 0, so y_T = v_j and the score route is exactly 0 as well
+    f = att_family.attention_paths(X=X, Wq=Wq, Wk=Wk, Wv=np.zeros((3, 3)))
+    assert f.log10_value.isna().all() and f.log10_score.isna().all() and f.log10_norm.isna().all()
+
+
+def test_attention_paths_that_overflow_say_which_input_to_scale_and_warn_nothing():
+    import warnings
+    X, Wq, Wk, Wv = _attention_case(T=4, d=2, d_v=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"overflow float64 .* at X: scale X down\.$"):
+            att_family.attention_paths(X=X * 1e160, Wq=Wq, Wk=Wk, Wv=Wv)
+        with pytest.raises(ValueError, match=r"at input_scale=1e\+160: use a smaller --input-scale"):
+            att_family.attention_paths(T=4, d=2, input_scale=1e160)
+
+
+def test_attention_paths_of_float32_inputs_are_computed_in_float64():
+    # scores of ~1e40: past float32's range, well inside float64's
+    X, Wq, Wk, Wv = _attention_case(T=5, d=2, d_v=2, seed=8)
+    m32 = [(X * 1e20).astype(np.float32)] + [w.astype(np.float32) for w in (Wq, Wk, Wv)]
+    f32 = att_family.attention_paths(X=m32[0], Wq=m32[1], Wk=m32[2], Wv=m32[3])
+    f64 = att_family.attention_paths(*[], **dict(zip(("X", "Wq", "Wk", "Wv"),
+                                                      (m.astype(np.float64) for m in m32))))
+    cols = ["log10_norm", "log10_value", "log10_score"]
+    assert np.isfinite(f32[cols].to_numpy()).all()
+    np.testing.assert_allclose(f32[cols].to_numpy(), f64[cols].to_numpy(), rtol=1e-6)
