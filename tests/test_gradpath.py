@@ -859,3 +859,14 @@ def test_a_config_wrong_in_its_models_and_its_fit_from_names_the_models():
     cfg = _config(models=("nope",), fit_from=1.5)
     with pytest.raises(ValueError, match=r"^models must be one of .*'nope'"):
         gradpath.validate_config(cfg)
+
+
+def test_a_familys_path_frame_without_the_declared_columns_is_named_by_the_sweep(monkeypatch):
+    import dataclasses
+    from harness import models
+    fam = models.get("rnn")
+    bad = dataclasses.replace(fam.path, measure=lambda job, config: pd.DataFrame({"k": [1]}))
+    monkeypatch.setattr(models, "get", lambda name, arg="model": dataclasses.replace(fam, path=bad))
+    with pytest.raises(ValueError, match=r"^the gradient path of rnn must have column 'model' at "
+                                         r"position 0, got 'k'"):
+        gradpath.measure({"model": "rnn"}, gradpath.DecayConfig())

@@ -41,3 +41,8 @@ def test_survival_distances_keep_the_frames_order_and_read_each_edge():
     assert list(got.columns) == [*numbers.models.PATH_KEYS, "distance"]
     empty = numbers.survival_distances(d.iloc[:0])
     assert list(empty.columns) == [*numbers.models.PATH_KEYS, "distance"] and empty.empty
+
+
+def test_unprojected_rows_are_the_first_two_of_the_diagonal_frame():
+    d = pd.DataFrame({"tokens": [1, 3, 1, 3], "projections": [False, False, True, True]})
+    pd.testing.assert_frame_equal(numbers.unprojected(d), d.iloc[:2])
