@@ -36,8 +36,8 @@ from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
 from harness.kernels import steps
-from harness.kernels.steps import (add_to, carry_back, carry_buffers, first_bad_column, input_products,
-                                   matvec, nonfinite, sigmoid, to_rows, weak)
+from harness.kernels.steps import (add_into, add_to, carry_back, carry_buffers, first_bad_column,
+                                   input_products, matvec, nonfinite, sigmoid, to_rows, weak)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("i", "f", "g", "o")    # the order of the four row blocks of W_ih, W_hh, b_ih, b_hh
@@ -94,7 +94,7 @@ def _forward_vec(X, W_ih, W_hh, b, h0, c0, vec_left, H, C, G):
     for t in range(T):
         matvec(W_hh, h_prev, vec_left, a)  # a = W_hh h_{t-1}: the step that must wait
         g = G[t]
-        add_to(g, g, a)
+        add_into(g, a)
         if _activate_gates(g, b, d_h, scratch) and bad < 0:
             bad = t
         _cell(g, c_prev, C[t], H[t], tc, d_h, scratch)
@@ -121,7 +121,7 @@ def _forward_batch(X, W_ih, W_hhT, b, h0, c0, cols, H, C, G):
         np.dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 4 d_h): one GEMM per step
         for r in range(B):
             g = G[r, t]
-            add_to(g, g, a[r])
+            add_into(g, a[r])
             if _activate_gates(g, b, d_h, scratch) and bad_t < 0:
                 bad_t, bad_r = t, r
             c_prev = C[r, t - 1] if t > 0 else c0[r]

@@ -92,6 +92,14 @@ def add_to(out, a, b):
 
 
 @njit(cache=True, error_model="numpy")
+def add_into(out, a):
+    # out += a, one element at a time: add_to(out, out, a), written so that the compiler sees
+    # two arrays, not three that may overlap
+    for k in range(out.shape[0]):
+        out[k] += a[k]
+
+
+@njit(cache=True, error_model="numpy")
 def carry_buffers(B, n, d_h, cols, like):
     # the scratch of ``carry_back`` for B sequences of n pre-activations and d_h states
     da = np.empty((n, B) if cols else (B, n), dtype=like.dtype)
