@@ -1,0 +1,41 @@
+"""harness.kernels.steps: the checks the gated recurrences share, with the advice they give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.kernels import steps
+
+
+def test_gradients_overflowing_name_the_model_the_sum_and_what_to_scale():
+    dX = np.zeros((2, 3, 4), np.float32)
+    W = np.zeros((8, 4), np.float32)
+    steps.check_gradients("the LSTM", dX, W, W, ("dH", "dC"))           # all finite: silent
+    bad = W.copy()
+    bad[1, 2] = np.inf
+    with pytest.raises(FloatingPointError) as e:
+        steps.check_gradients("the LSTM", dX, W, bad, ("dH", "dC"))
+    assert str(e.value) == ("the LSTM's backward overflowed: dW_ih or dW_hh, a sum over every "
+                            "step, is not finite (float32 holds at most 3.4e+38). Scale dH or dC "
+                            "down, or use float64.")
+    with pytest.raises(FloatingPointError, match=r"^the GRU's backward overflowed: dW_ih or dW_hh"):
+        steps.check_gradients("the GRU", dX.astype(np.float64), bad.astype(np.float64), W, ("dH",))
+    dX[1, 2, 0] = np.nan
+    with pytest.raises(FloatingPointError) as e:
+        steps.check_gradients("the GRU", dX, W, W, ("dH",))
+    assert str(e.value).endswith("Scale dH or the weights down, or use float64.")
+    assert "from step t=3 of 3 of sequence 1" in str(e.value)
+
+
+def test_an_overflowing_forward_names_its_step_and_sequence_only_when_batched():
+    X = np.zeros((4, 5, 2))
+    steps.raise_if_overflowed((-1, -1), X, "the GRU", "W x")               # none: silent
+    with pytest.raises(FloatingPointError) as e:
+        steps.raise_if_overflowed((2, 3), X, "the GRU", "W x")
+    assert str(e.value) == ("the GRU overflowed: the gates' pre-activations W x are not finite "
+                            "from step t=3 of 5 of sequence 3, although every input is finite "
+                            "(float64 holds at most 1.8e+308). Scale X, W_ih or W_hh down, or "
+                            "use float64.")
+    with pytest.raises(FloatingPointError, match=r"from step t=1 of 5, although"):
+        steps.raise_if_overflowed((0, 0), X[0], "the GRU", "W x")
