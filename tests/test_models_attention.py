@@ -500,8 +500,8 @@ def test_attention_paths_of_float32_inputs_are_computed_in_float64():
     X, Wq, Wk, Wv = _attention_case(T=5, d=2, d_v=2, seed=8)
     m32 = [(X * 1e20).astype(np.float32)] + [w.astype(np.float32) for w in (Wq, Wk, Wv)]
     f32 = att_family.attention_paths(X=m32[0], Wq=m32[1], Wk=m32[2], Wv=m32[3])
-    f64 = att_family.attention_paths(*[], **dict(zip(("X", "Wq", "Wk", "Wv"),
-                                                      (m.astype(np.float64) for m in m32))))
+    X64, Wq64, Wk64, Wv64 = (m.astype(np.float64) for m in m32)
+    f64 = att_family.attention_paths(X=X64, Wq=Wq64, Wk=Wk64, Wv=Wv64)
     cols = ["log10_norm", "log10_value", "log10_score"]
     assert np.isfinite(f32[cols].to_numpy()).all()
     np.testing.assert_allclose(f32[cols].to_numpy(), f64[cols].to_numpy(), rtol=1e-6)

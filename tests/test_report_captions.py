@@ -711,7 +711,7 @@ def test_fitted_ranges_name_each_T_max_from_the_largest_and_the_others_last():
                       "T_max": [4096, 4096, 2048, 1536, 1024, np.nan],
                       "exponent_lo": [1.0, 1.0, np.nan, 1.0, 1.9, np.nan]})   # a gap elsewhere
     assert captions._fitted_ranges(e) == (
-        f"4096 (lru and rnn; gru to 2048; lstm to 1536; the others to 1024)")
+        "4096 (lru and rnn; gru to 2048; lstm to 1536; the others to 1024)")
     assert captions._fitted_ranges(e[e.model.isin(["lru", "rnn"])]) == "4096"
 
 
