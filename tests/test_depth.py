@@ -488,6 +488,8 @@ def test_cli_failure_leaves_no_empty_out_dir(tmp_path, capsys, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
     monkeypatch.setattr(depth, "tables", boom)
+    from harness.infra import progress      # the kernels' warm-up is not what fails here
+    monkeypatch.setattr(progress, "warm_up_kernels", lambda progress: None)
     out = tmp_path / "o"
     assert cli.main(["depth", "--T", "5", "--d", "4", "--no-measure", "--out", str(out)]) == 130
     assert not out.exists()
