@@ -39,3 +39,34 @@ def test_an_overflowing_forward_names_its_step_and_sequence_only_when_batched():
                             "use float64.")
     with pytest.raises(FloatingPointError, match=r"from step t=1 of 5, although"):
         steps.raise_if_overflowed((0, 0), X[0], "the GRU", "W x")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_batched_loops_buffers_hold_its_state_apart_from_h0(dtype):
+    h0 = np.arange(6, dtype=dtype).reshape(2, 3)                  # B = 2 sequences, d_h = 3
+    a, h, scratch = steps.row_buffers(h0, 12, 7)
+    assert (a.shape, a.dtype, scratch.shape, scratch.dtype) == ((2, 12), dtype, (7,), np.int64)
+    np.testing.assert_array_equal(h, h0)
+    h[0, 0] = 99.0                                                  # the loop's state, not h0
+    assert h0[0, 0] == 0.0
+    a, h, scratch = steps.column_buffers(h0, 12, 5)
+    assert (a.shape, a.dtype, scratch.shape) == ((12, 2), dtype, (5,))
+    np.testing.assert_array_equal(h, h0.T)
+    assert h.flags.c_contiguous                                     # (d_h, B), for the GEMM
+    h[1, 0] = 99.0
+    assert h0[0, 1] == 1.0
+
+
+@pytest.mark.parametrize("cols", [False, True])
+def test_a_batched_backwards_carry_starts_at_zero_and_its_scratch_fits_carry_back(cols):
+    H = np.zeros((2, 4, 3), np.float32)
+    carry, dh, da, cc = steps.carry_buffers(2, 12, 3, cols, H)
+    np.testing.assert_array_equal(carry, np.zeros((2, 3), np.float32))
+    assert (dh.shape, dh.dtype) == ((3,), np.float32)
+    assert da.shape == ((12, 2) if cols else (2, 12))
+    assert cc.shape == ((3, 2) if cols else (0, 0))
+    rng = np.random.default_rng(0)
+    G = rng.normal(size=(2, 4, 12)).astype(np.float32)
+    W_hh = rng.normal(size=(12, 3)).astype(np.float32)
+    steps.carry_back(G, 1, np.ascontiguousarray(W_hh.T) if cols else W_hh, cols, da, cc, carry)
+    np.testing.assert_allclose(carry, G[:, 1] @ W_hh, rtol=1e-5)   # W_hh^T dl/da_t, per sequence

@@ -35,8 +35,9 @@ from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
 from harness.kernels import steps
-from harness.kernels.steps import (add_to, carry_back, carry_buffers, first_bad_column, input_products,
-                                   matvec, nonfinite, sigmoid, to_rows, weak)
+from harness.kernels.steps import (add_to, carry_back, carry_buffers, column_buffers,
+                                   first_bad_column, input_products, matvec, nonfinite, row_buffers,
+                                   sigmoid, to_rows, weak)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("r", "z", "n")    # the order of the three row blocks of W_ih, W_hh, b_ih, b_hh
@@ -66,11 +67,14 @@ def _gates(g, a, hn, b_ih, b_hh, d_h, scratch):
 
 
 @njit(cache=True, error_model="numpy")
-def _blend(g, h_prev, h, d_h):
-    # h_t = (1 - z) * n + z * h_{t-1}
+def _step(g, a, hn, b_ih, b_hh, h_prev, h, d_h, scratch):
+    # One step of one sequence: the gates (see _gates), then h (d_h,) <- h_t =
+    # (1 - z) * n + z * h_{t-1}. Returns True if a product overflowed
+    overflow = _gates(g, a, hn, b_ih, b_hh, d_h, scratch)
     for k in range(d_h):
         z = g[d_h + k]
         h[k] = (1.0 - z) * g[2 * d_h + k] + z * h_prev[k]
+    return overflow
 
 
 @njit(cache=True, error_model="numpy")
@@ -87,9 +91,8 @@ def _forward_vec(X, W_ih, W_hh, b_ih, b_hh, h0, vec_left, H, G, N):
     bad = -1
     for t in range(T):
         matvec(W_hh, h_prev, vec_left, a)  # a = W_hh h_{t-1}: the step that must wait
-        if _gates(G[t], a, N[t], b_ih, b_hh, d_h, scratch) and bad < 0:
+        if _step(G[t], a, N[t], b_ih, b_hh, h_prev, H[t], d_h, scratch) and bad < 0:
             bad = t
-        _blend(G[t], h_prev, H[t], d_h)
         h_prev = H[t]
     return bad, 0
 
@@ -103,17 +106,13 @@ def _forward_batch(X, W_ih, W_hhT, b_ih, b_hh, h0, cols, H, G, N):
     # overflowed
     B, T, d_h = H.shape
     input_products(X, W_ih, G)
-    scratch = np.empty(2 * d_h, dtype=np.int64)
-    a = np.empty((B, 3 * d_h), dtype=G.dtype)
-    h = h0.copy()                          # (B, d_h): h_{t-1}, then h_t
+    a, h, scratch = row_buffers(h0, 3 * d_h, 2 * d_h)
     bad_t, bad_r = -1, -1
     for t in range(T):
         np.dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 3 d_h): one GEMM per step
         for r in range(B):
-            g = G[r, t]
-            if _gates(g, a[r], N[r, t], b_ih, b_hh, d_h, scratch) and bad_t < 0:
+            if _step(G[r, t], a[r], N[r, t], b_ih, b_hh, h[r], H[r, t], d_h, scratch) and bad_t < 0:
                 bad_t, bad_r = t, r
-            _blend(g, h[r], H[r, t], d_h)
             h[r, :] = H[r, t]
     return bad_t, bad_r
 
@@ -127,11 +126,9 @@ def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, cols, H, G, N):
     B, T, d_h = H.shape
     n = 3 * d_h
     input_products(X, W_ih, G)
-    scratch = np.empty(2 * d_h * B, dtype=np.int64)
-    a = np.empty((n, B), dtype=G.dtype)
+    a, h, scratch = column_buffers(h0, n, 2 * d_h * B)
     af = a.reshape(n * B)
     rz, nn = af[:2 * d_h * B], af[2 * d_h * B:]   # r and z rows, n rows: contiguous
-    h = np.ascontiguousarray(h0.T)                 # (d_h, B): h_{t-1}, then h_t
     hn = np.empty((d_h, B), dtype=G.dtype)
     bad_t, bad_r = -1, -1
     for t in range(T):
@@ -216,10 +213,8 @@ def _backward_batch(H, h0, dH, M, cols, G, N):
     # H, dH (B, T, d_h), h0 (B, d_h); G (B, T, 3 d_h), N (B, T, d_h) as in _backward_vec.
     # Returns dl/dh0 (B, d_h). M is W_hh, or W_hh^T made contiguous when cols (see carry_back)
     B, T, d_h = H.shape
-    carry = np.zeros((B, d_h), dtype=H.dtype)
-    dh = np.empty(d_h, dtype=H.dtype)
+    carry, dh, da, cc = carry_buffers(B, 3 * d_h, d_h, cols, H)
     direct = np.empty((B, d_h), dtype=H.dtype)
-    da, cc = carry_buffers(B, 3 * d_h, d_h, cols, H)
     for t in range(T - 1, -1, -1):
         for r in range(B):
             add_to(dh, dH[r, t], carry[r])

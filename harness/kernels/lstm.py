@@ -36,8 +36,9 @@ from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
 from harness.kernels import steps
-from harness.kernels.steps import (add_into, add_to, carry_back, carry_buffers, first_bad_column,
-                                   input_products, matvec, nonfinite, sigmoid, to_rows, weak)
+from harness.kernels.steps import (add_into, add_to, carry_back, carry_buffers, column_buffers,
+                                   first_bad_column, input_products, matvec, nonfinite, row_buffers,
+                                   sigmoid, to_rows, weak)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("i", "f", "g", "o")    # the order of the four row blocks of W_ih, W_hh, b_ih, b_hh
@@ -108,14 +109,11 @@ def _forward_batch(X, W_ih, W_hhT, b, h0, c0, cols, H, C, G):
     # caller's batch-major layout: each step gathers its B rows into contiguous buffers for the
     # GEMM. W_hhT is W_hh^T made contiguous, (d_h, 4 d_h): (B, d_h) @ (d_h, 4 d_h) is OpenBLAS's
     # faster form here. cols is not read (every loop takes the same arguments; see steps.loop).
-    # Returns the
-    # first (step, sequence) whose pre-activations overflowed
+    # Returns the first (step, sequence) whose pre-activations overflowed
     B, T, d_h = H.shape
     input_products(X, W_ih, G)
     tc = np.empty(d_h, dtype=G.dtype)
-    scratch = np.empty(4 * d_h, dtype=np.int64)
-    a = np.empty((B, 4 * d_h), dtype=G.dtype)
-    h = h0.copy()                          # (B, d_h): h_{t-1}, then h_t
+    a, h, scratch = row_buffers(h0, 4 * d_h, 4 * d_h)
     bad_t, bad_r = -1, -1
     for t in range(T):
         np.dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 4 d_h): one GEMM per step
@@ -139,10 +137,8 @@ def _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, cols, H, C, G):
     B, T, d_h = H.shape
     input_products(X, W_ih, G)
     n = 4 * d_h
-    scratch = np.empty(n * B, dtype=np.int64)
-    a = np.empty((n, B), dtype=G.dtype)
+    a, h, scratch = column_buffers(h0, n, n * B)
     af = a.reshape(n * B)
-    h = np.ascontiguousarray(h0.T)                 # (d_h, B): h_{t-1}, then h_t
     c = np.ascontiguousarray(c0.T)
     tc = np.empty((d_h, B), dtype=G.dtype)
     bad_t, bad_r = -1, -1
@@ -234,12 +230,10 @@ def _backward_batch(C, c0, dH, dC, use_dC, M, cols, G):
     # (dl/dh0, dl/dc0), each (B, d_h). M is W_hh, or W_hh^T made contiguous when cols
     # (see carry_back)
     B, T, d_h = C.shape
+    carry, dh, da, cc = carry_buffers(B, 4 * d_h, d_h, cols, C)
     scratch = np.empty(d_h, dtype=np.int64)
     tc = np.empty(d_h, dtype=C.dtype)
-    carry = np.zeros((B, d_h), dtype=C.dtype)
-    dh = np.empty(d_h, dtype=C.dtype)
     dc = np.zeros((B, d_h), dtype=C.dtype)
-    da, cc = carry_buffers(B, 4 * d_h, d_h, cols, C)
     for t in range(T - 1, -1, -1):
         for r in range(B):
             add_to(dh, dH[r, t], carry[r])

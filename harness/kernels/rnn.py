@@ -24,7 +24,7 @@ from numba import njit
 from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels.blas import matmul
-from harness.kernels.steps import of_sequence, raise_if_not_finite
+from harness.kernels.steps import column_buffers, of_sequence, raise_if_not_finite, row_buffers
 from harness.kernels.vmath import tanh_inplace
 
 ACTIVATIONS = ("tanh", "identity")
@@ -66,9 +66,7 @@ def _forward_batch(X, W_xh, W_hhT, b, h0, use_tanh, H):
     for r in range(B * T):
         for i in range(d_h):
             Hf[r, i] += b[i]
-    scratch = np.empty(B * d_h, dtype=np.int64)
-    a = np.empty((B, d_h), dtype=H.dtype)
-    h = h0.copy()                                # (B, d_h): h_{t-1}, then h_t
+    a, h, scratch = row_buffers(h0, d_h, B * d_h)   # a, h (B, d_h): swapped every step
     for t in range(T):
         np.dot(h, W_hhT, a)                      # (B, d_h) @ (d_h, d_h): one GEMM per step
         for r in range(B):
@@ -92,9 +90,7 @@ def _forward_batch_cols(X, W_xh, W_hh, b, h0, use_tanh, H):
     B, T, d_h = H.shape
     d_in = X.shape[2]
     np.dot(X.reshape(B * T, d_in), W_xh.T, H.reshape(B * T, d_h))   # every input product at once
-    scratch = np.empty(B * d_h, dtype=np.int64)
-    a = np.empty((d_h, B), dtype=H.dtype)
-    h = np.ascontiguousarray(h0.T)               # (d_h, B): h_{t-1}, then h_t
+    a, h, scratch = column_buffers(h0, d_h, B * d_h)
     for t in range(T):
         np.dot(W_hh, h, a)                       # (d_h, d_h) @ (d_h, B): one GEMM per step
         for i in range(d_h):

@@ -8,11 +8,12 @@ The batched float32 loops keep a step's values as (n, B) columns, so that the ga
 sequence are contiguous for the vectorised tanh; ``to_columns`` and ``to_rows`` copy one step
 between that and the caller's (B, T, n) layout.
 
-What the LSTM and the GRU still write twice is each loop's frame (buffers, the loop over steps,
-the loop over sequences) around their different cells. One loop taking the cell as an argument
-compiles, but Numba does not cache a function that takes a function: measured here (Numba
-0.68.1), a second process found no cache entry for it and compiled it again, as every process
-would, where the two loops load from the cache.
+The batched loops take their buffers from ``row_buffers``, ``column_buffers`` (forward) and
+``carry_buffers`` (backward); each family writes its own loops over steps and sequences around
+its own cell. One loop taking the cell as an argument compiles, but Numba does not cache a
+function that takes a function: measured here (Numba 0.68.1), a second process found no cache
+entry for it and compiled it again, as every process would, where the families' loops load
+from the cache.
 """
 
 from __future__ import annotations
@@ -75,6 +76,21 @@ def input_products(X, W_ih, G):
 
 
 @njit(cache=True, error_model="numpy")
+def row_buffers(h0, n, scratch_size):
+    # A batched loop's buffers with a step's values as rows: the product the step waits for,
+    # a (B, n); the state, h0's copy (B, d_h), h_{t-1} and then h_t; the vectorised tanh's scratch
+    return (np.empty((h0.shape[0], n), dtype=h0.dtype), h0.copy(),
+            np.empty(scratch_size, dtype=np.int64))
+
+
+@njit(cache=True, error_model="numpy")
+def column_buffers(h0, n, scratch_size):
+    # As row_buffers, with a step's values as columns: a (n, B), the state h0^T (d_h, B)
+    return (np.empty((n, h0.shape[0]), dtype=h0.dtype), np.ascontiguousarray(h0.T),
+            np.empty(scratch_size, dtype=np.int64))
+
+
+@njit(cache=True, error_model="numpy")
 def matvec(M, x, vec_left, out):
     # out = x M if vec_left, else M x: the product one step of an unbatched loop waits for, in
     # the form ``vec_operands`` chose for M
@@ -101,10 +117,14 @@ def add_into(out, a):
 
 @njit(cache=True, error_model="numpy")
 def carry_buffers(B, n, d_h, cols, like):
-    # the scratch of ``carry_back`` for B sequences of n pre-activations and d_h states
+    # A batched backward's buffers for B sequences of n pre-activations and d_h states: the
+    # carry (B, d_h), what h_t receives through W_hh, zero after the last step; dh (d_h,), one
+    # sequence's dl/dh_t in full; and the scratch of ``carry_back``
+    carry = np.zeros((B, d_h), dtype=like.dtype)
+    dh = np.empty(d_h, dtype=like.dtype)
     da = np.empty((n, B) if cols else (B, n), dtype=like.dtype)
     cc = np.empty((d_h, B) if cols else (0, 0), dtype=like.dtype)
-    return da, cc
+    return carry, dh, da, cc
 
 
 @njit(cache=True, error_model="numpy")
