@@ -110,6 +110,8 @@ def test_crossover_interval_from_identical_rounds_is_the_crossover_itself():
     row = noisy.set_index("variant").loc[ATTENTION]
     assert row.measured_T_lo < row.measured_T_hi
     assert 300 <= row.measured_T_lo and row.measured_T_hi <= 1000
+    again = walltime.measured_crossover(_times(rounds=[0.8, 1.0, 1.25]), cfg, resamples=200)
+    pd.testing.assert_frame_equal(again, noisy)          # resampled at a fixed seed: reproducible
     no_rounds = walltime.measured_crossover(_times(), cfg).set_index("variant").loc[ATTENTION]
     assert math.isnan(no_rounds.measured_T_lo) and math.isnan(no_rounds.measured_T_hi)
 
@@ -159,6 +161,15 @@ def test_matmul_rates_from_their_own_timings():
     med, lo, hi = timing.median_interval([1e-3, 2e-3, 4e-3, 3e-3, 5e-3, 6e-3], seed=4)
     assert (res["gemm_gmacs"], res["gemm_gmacs_lo"], res["gemm_gmacs_hi"]) == (
         400 / med / 1e9, 400 / hi / 1e9, 400 / lo / 1e9)
+    # forty distinct rounds, whose bootstrap ends depend on the resamples drawn: the same seed,
+    # so the same interval in every run
+    spread = np.random.default_rng(5).uniform(1e-3, 2e-3, 40)
+    fake40 = _FakeRounds(lambda k, n, r: spread[r])
+    with mock.patch.object(walltime.timing, "time_interleaved", fake40):
+        res = walltime.matmul_rates(4, dataclasses.replace(cfg, rounds=40), T=10)
+    med, lo, hi = timing.median_interval(spread, seed=4)
+    assert (res["gemv_gmacs"], res["gemv_gmacs_lo"], res["gemv_gmacs_hi"]) == (
+        160 / med / 1e9, 160 / hi / 1e9, 160 / lo / 1e9)
     # the timed calls are the two products: a (T x d)(d x T) GEMM and T normalised GEMV steps
     gemm, gemv = fake.calls[0][0]["gemm"], fake.calls[0][0]["gemv"]
     gemm()

@@ -23,7 +23,7 @@ from harness.models.rnn import (ACTIVATIONS, LN10, PROBE_SEED, WEIGHTS, probe_ba
 DEFAULT = ClippingConfig()
 
 
-def _wxh_terms(W_hh, S, m, X, ln_upstream, upstream_dir, ln_rho=0.0):
+def _wxh_terms(W_hh, S, m, X, ln_upstream, upstream_dir, ln_rho):
     """The per-step W_xh terms of dl/dW_xh for the upstream dl/dh_T = exp(ln_upstream) u, log-scaled.
 
     term_t = (phi'_t * dl/dh_t) x_t^T = exp(ln_a[t]) D[t] x_t^T, D (T, d_h) = S_t * V_t.

@@ -42,7 +42,7 @@ def _arrays(out):
     return [a for a in (out if isinstance(out, tuple) else (out,)) if isinstance(a, np.ndarray)]
 
 
-def measure_here(variant, T_values, d, dtype, seed=0):
+def measure_here(variant, T_values, d, dtype, seed):
     """Rows of ``peak_bytes`` for one variant over ``T_values``, measured in this process
     (``measure`` runs this in a fresh process per variant)."""
     _, v = models.variants()[variant]

@@ -210,8 +210,8 @@ def _fixed_shares(e):
     if "fixed_share_T_max" not in e or pd.isna(r.fixed_share_T_max):
         return text
     text += f" and {r.fixed_share_T_max:.1%} at T = {int(r.T_max)}"
-    top = e.loc[e.fixed_share.idxmax()] if e.fixed_share.notna().any() else None
-    if top is not None and top.model != RNN and top.fixed_share > r.fixed_share:
+    top = e.loc[e.fixed_share.idxmax()]            # the RNN's share is a number: one exists
+    if top.model != RNN and top.fixed_share > r.fixed_share:
         text += (f", at most {top.fixed_share:.0%} ({top.model}) at T = {int(top.T_min)} and "
                  f"{top.fixed_share_T_max:.1%} at its T = {int(top.T_max)}")
     return text
