@@ -232,6 +232,12 @@ def test_offset_power_law_is_nan_for_a_negative_or_infinite_time_and_silent_abou
     assert np.isnan(p[1:]).all() and np.isnan(a[1:]).all() and np.isnan(b[1:]).all()
 
 
+def test_offset_power_law_fits_float32_times_in_float64():
+    T = np.array([32, 64, 128, 256, 512])
+    y = (1e-4 + 3e-7 * T ** 1.3).astype(np.float32)
+    assert fit.offset_power_law(T, y) == fit.offset_power_law(T, y.astype(np.float64))
+
+
 def test_offset_power_law_needs_every_T_positive_and_keeps_the_leading_shape():
     y = 1e-3 * np.arange(1, 5.0)
     assert np.isnan(fit.offset_power_law([0, 10, 20, 40], y)).all()       # T = 0: no power of it
