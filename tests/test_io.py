@@ -405,3 +405,54 @@ def test_a_failed_commit_puts_back_the_old_files_it_can(tmp_path, monkeypatch):
     monkeypatch.undo()
     files.discard()
     assert (tmp_path / "b.csv").read_text() == "old b.csv"
+
+
+def test_check_out_names_each_folder_it_refuses_and_probes_where_it_will_write(tmp_path,
+                                                                               monkeypatch):
+    """Each refusal word for word with the argument it names; the probe folder made and removed
+    in the folder itself (or its nearest existing parent), named as a staging folder."""
+    import tempfile
+
+    def refused(path, **kw):
+        with pytest.raises(_io.UsageError) as e:
+            _io.check_out(path, "--x", **kw)
+        return str(e.value)
+
+    assert refused("") == "--x: the name is empty; give a folder ('.' for the current one)"
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert refused(tmp_path / "dangling") == f"--x: {str(tmp_path / 'dangling')!r} is a link to nothing"
+    (tmp_path / "file").write_text("x")
+    assert refused(tmp_path / "file") == f"--x: {str(tmp_path / 'file')!r} exists and is not a directory"
+    assert refused(tmp_path / "file" / "sub") == (
+        f"--x: cannot create {str(tmp_path / 'file' / 'sub')!r}: {str(tmp_path / 'file')!r} is "
+        f"not a directory")
+    out = tmp_path / "out"
+    (out / "x.csv").mkdir(parents=True)
+    assert refused(out, files=("y.csv", "x.csv")) == (
+        f"--x: {str(out / 'x.csv')!r} is a directory, where the file x.csv goes; move it away")
+    assert _io.check_out(out, "--x") == out                 # not whole: a full folder is fine
+    assert refused(out, whole=True) == f"--x: {str(out)!r} exists and is not an empty directory"
+    assert refused("o" * 300) == f"--x: cannot use {'o' * 300!r}: File name too long"
+    assert refused(str(tmp_path / "bad\udcff")).startswith("--x: the name ")
+
+    probes, real = [], tempfile.mkdtemp
+
+    def recorded(*a, prefix=None, dir=None, **k):
+        probes.append((prefix, dir))
+        if dir is not None and Path(dir) == tmp_path / "ro":
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*a, prefix=prefix, dir=dir, **k)
+    monkeypatch.setattr(tempfile, "mkdtemp", recorded)
+    (tmp_path / "ro").mkdir()
+    assert refused(tmp_path / "ro") == f"--x: cannot write in {str(tmp_path / 'ro')!r}: Read-only file system"
+    assert refused(tmp_path / "ro" / "new" / "deeper") == (
+        f"--x: cannot write in {str(tmp_path / 'ro')!r}: Read-only file system")   # its parent
+    (tmp_path / "ro" / "inner").mkdir()            # whole: the parent, where the lock goes, too
+    assert refused(tmp_path / "ro" / "inner", whole=True) == (
+        f"--x: cannot write in {str(tmp_path / 'ro')!r}: Read-only file system")
+    probes.clear()
+    (tmp_path / "fresh").mkdir()
+    assert _io.check_out(tmp_path / "fresh", whole=True) == (tmp_path / "fresh").resolve()
+    prefix = f"{_io.STAGING_PREFIX}{os.getpid()}-probe-"
+    assert probes == [(prefix, tmp_path / "fresh"), (prefix, tmp_path)]    # the folder, then
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == []    # its parent: removed

@@ -581,3 +581,48 @@ def test_the_depth_section_traces_its_long_lengths_only_when_it_has_some():
                                   depth.depth_table((16,), 3).drop(columns=timed))
     short = build.depth_frames(dataclasses.replace(cfg, depth_long=DepthConfig(d=3, T_values=())))
     assert list(short) == ["depth"]
+
+
+def test_build_writes_a_frame_two_sections_show_once_and_refuses_two_different_ones(
+        tmp_path, monkeypatch):
+    from harness.infra import machine
+    from harness.report import html as html_module
+    monkeypatch.setattr(machine, "describe", lambda: {"blas": Path("/opt/libblas.so")})
+    shared = _depth_frame()
+
+    def sections(second):
+        def run(config, progress):
+            yield ("depth", "Sequential depth", {"depth": shared}, [])
+            w = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "T": 64, "d": 32, "threads": 1,
+                              "seconds_per_step": 2e-6})
+            e = pd.DataFrame({"model": [RECURRENCE, ATTENTION], "exponent": [1.0, 2.0],
+                              "exponent_lo": [0.9, 1.9], "exponent_hi": [1.1, 2.1]})
+            yield ("wall", "Measured", {"wall_times": w, "exponents": e, "depth": second}, [])
+        return run
+
+    rendered = []
+    real_render = html_module.render_html
+
+    def render(sections_, meta, command):
+        rendered.append(sections_)
+        return real_render(sections_, meta, command)
+    monkeypatch.setattr(html_module, "render_html", render)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    files = OutputSet(stage)
+    with mock.patch.object(build, "_sections", sections(shared)):
+        build._build(files, None, lambda msg: None, "harness report")   # the same frame: once
+    files.commit()
+    assert len(pd.read_csv(stage / "depth.csv")) == len(shared)
+    by_key = {s.key: s for s in rendered[0]}
+    assert "depth" in html_module.TABLES and "wall" not in html_module.TABLES
+    assert by_key["depth"].table_html.startswith("<table") and by_key["wall"].table_html == ""
+    assert json.loads((stage / "machine.json").read_text())["blas"] == "/opt/libblas.so"
+    other = tmp_path / "other"
+    other.mkdir()
+    files = OutputSet(other)
+    with mock.patch.object(build, "_sections", sections(shared.copy())), \
+            pytest.raises(ValueError) as e:
+        build._build(files, None, lambda msg: None, "harness report")
+    files.discard()
+    assert str(e.value) == "two sections of the report write different depth.csv"
