@@ -505,3 +505,21 @@ def test_attention_paths_of_float32_inputs_are_computed_in_float64():
     cols = ["log10_norm", "log10_value", "log10_score"]
     assert np.isfinite(f32[cols].to_numpy()).all()
     np.testing.assert_allclose(f32[cols].to_numpy(), f64[cols].to_numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("top", [1, 2])       # T = 4: the dominant key two before the query, and
+def test_attention_paths_score_route_of_a_dominant_key_has_no_cancellation(top):   # T - 2
+    """alpha_top = 1 - O(e^-39): y_T rounds to v_top in float64, so v_top - y_T taken directly
+    would be 0. The path takes it as sum_i alpha_i (v_i - v_top); here against 50 digits."""
+    import mpmath
+    x = [0.5, -0.25, 0.75, 1.0]
+    x[top] = 40.0
+    W = np.ones((1, 1))
+    f = att_family.attention_paths(X=np.array(x)[:, None], Wq=W, Wk=W, Wv=W)
+    with mpmath.workdps(50):
+        a = [mpmath.exp(mpmath.mpf(xi) * x[-1]) for xi in x]      # e_j = x_j x_T
+        a = [ai / sum(a) for ai in a]
+        y = sum(ai * xi for ai, xi in zip(a, x))
+        want = float(mpmath.log10(a[top] * abs(x[top] - y)))      # g = de_Tj/dx_j = x_T = 1
+    assert float(np.float64(40.0) - np.float64(float(y))) == 0.0   # the direct difference
+    assert f.set_index("distance").log10_score[3 - top] == pytest.approx(want, abs=1e-9)

@@ -244,8 +244,7 @@ def attention_paths(T=256, d=32, input_scale=1.0, seed=0, X=None, Wq=None, Wk=No
     ln_a = ln_a[:T - 1]
     ln_g, w = ln_norm_and_unit(g)
     n_v = float(np.linalg.svd(Wv, compute_uv=False)[0])
-    with np.errstate(divide="ignore"):
-        ln_v = math.log(n_v) if n_v > 0 else -math.inf          # ||Wv^T||
+    ln_v = math.log(n_v) if n_v > 0 else -math.inf            # ||Wv^T||
     ln_s = ln_r + ln_g                                        # ||(v_j - y_T) g^T||: rank one
     ln_t = np.empty(T - 1)
     if n_v == 0.0:                                            # Wv = 0: the score route alone
