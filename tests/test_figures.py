@@ -1014,3 +1014,10 @@ def test_count_figures_draw_every_model_solid_and_told_apart_by_marker(name):
     lines = [ln for ax in fig.axes for ln in ax.lines if len(ln.get_xdata()) >= 3]
     assert lines and {ln.get_linestyle() for ln in lines} == {"-"}
     assert len({ln.get_marker() for ln in lines}) == len(lines)
+
+
+def test_a_curves_label_is_its_familys_title_and_each_configuration_key_it_has():
+    d = pd.DataFrame({"model": ["rnn", "lstm", "mystery"], "rho": [0.9, np.nan, 1.5],
+                      "gate_bias": [np.nan, 1.0, 2.0]})
+    assert figures._CURVE_KEYS == ("rho", "gate_bias")
+    assert figures._series(d) == ["RNN ρ=0.9", "LSTM gate_bias=1", "mystery ρ=1.5 gate_bias=2"]

@@ -626,3 +626,10 @@ def test_build_writes_a_frame_two_sections_show_once_and_refuses_two_different_o
         build._build(files, None, lambda msg: None, "harness report")
     files.discard()
     assert str(e.value) == "two sections of the report write different depth.csv"
+
+
+def test_the_report_package_names_what_it_does_not_have():
+    assert report.build_report is build.build_report and report.STAGES == build.STAGES
+    with pytest.raises(AttributeError) as e:
+        report.nothing_here
+    assert str(e.value) == "module 'harness.report' has no attribute 'nothing_here'"
