@@ -522,3 +522,40 @@ def test_called_at_skips_mutmuts_trampolines_when_mutmut_is_loaded(monkeypatch, 
     assert trace._called_at() == f" (called at {trampoline}:100: return orig_func())"
     monkeypatch.setitem(sys.modules, "mutmut", fake)
     assert trace._called_at() == " (called at /home/user/forward.py:7: y = h ** 2)"
+
+
+# ------------------------------------------------------------ Field and its indexing (field.py)
+
+@pytest.mark.parametrize("idx", [0, -1, slice(1, 3), None, Ellipsis, np.int64(2),
+                                 (0, 1, 2), (slice(None), 0), (None, 0, None), (Ellipsis, 0),
+                                 (0, Ellipsis, slice(1, 2)), (Ellipsis,), (0, None, 1, Ellipsis, 2),
+                                 ()])
+def test_basic_index_gives_one_entry_per_axis_that_indexes_as_numpy_does(idx):
+    from harness.analysis.field import basic_index
+    a = np.arange(3 * 4 * 5).reshape(3, 4, 5)
+    per_axis = basic_index(idx, a.ndim)
+    assert isinstance(per_axis, tuple) and all(e is not Ellipsis for e in per_axis)
+    assert sum(e is not None for e in per_axis) == a.ndim       # every axis, new ones beside
+    np.testing.assert_array_equal(a[per_axis], a[idx])
+
+
+@pytest.mark.parametrize("idx", [True, np.bool_(False), [0, 1], np.array([0, 2]), (0, [1]),
+                                 (Ellipsis, Ellipsis), (0, 1, 2, 3), (0, None, 1, 2, 3),
+                                 (Ellipsis, 0, 1, 2, 3), 1.5, "a"])
+def test_basic_index_is_none_for_what_is_not_basic_indexing_of_three_axes(idx):
+    from harness.analysis.field import basic_index
+    assert basic_index(idx, 3) is None
+
+
+def test_a_large_field_folds_each_term_into_a_larger_one_it_broadcasts_into():
+    from harness.analysis.field import DENSE_MAX, Field
+    n = 300                                                     # n^2 = 90,000 > DENSE_MAX
+    assert n * n > DENSE_MAX
+    col, row = np.arange(n, dtype=np.float32)[:, None], np.arange(n, dtype=np.float32)[None, :]
+    f = Field((n, n), [np.full((1, 1), 5.0), col, row], "min")
+    # the scalar folds into the first term it broadcasts into, the larger first; the row
+    # and the column stay two terms: 2n numbers, not n^2
+    assert sorted(t.shape for t in f.terms) == [(1, n), (n, 1)] and f.nbytes == 2 * n * 4
+    dense = np.minimum(np.minimum(np.broadcast_to(col, (n, n)), row), 5.0)
+    got = np.minimum(*(np.broadcast_to(t, (n, n)) for t in f.terms))
+    np.testing.assert_array_equal(got, dense)
