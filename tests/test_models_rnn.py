@@ -58,6 +58,18 @@ def test_rnn_bound_is_respected_within_one_part_in_a_billion(excess, respected):
     assert s["bound_respected"] is respected
 
 
+@pytest.mark.parametrize("over,respected", [(0.5e-9, True), (2e-9, False)])
+def test_rnn_rate_is_within_its_bound_up_to_one_part_in_a_billion_of_the_bound(over, respected):
+    # sigma_max = 1e-5: the bound rate ln sigma is -11.5, and the rate sits `over` x 11.5 above
+    # it: within one part in a billion of the bound (1.15e-8 here), not 1e-9 absolute
+    k = np.arange(1, 21, dtype=float)
+    bound = math.log(1e-5)
+    norm = k * (bound + over * abs(bound)) / LN10
+    s = rnn_family.path_summary(_rnn_rows(norm, rho=1e-5, sigma=1e-5), fit_from=0.5)
+    assert s["fitted_rate"] - s["bound_rate"] == pytest.approx(over * abs(bound), rel=1e-4)
+    assert s["bound_respected"] is respected
+
+
 def test_rnn_bound_fails_on_the_rate_alone():
     # every point under the bound, but the fitted rate above it: not respected
     k = np.arange(1, 11, dtype=float)
