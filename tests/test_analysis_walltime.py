@@ -201,6 +201,27 @@ def test_measure_wall_times_from_the_rounds():
     assert one == pytest.approx([2e-3, 3e-3, 4e-3])
 
 
+def test_measure_wall_times_draws_every_input_and_the_interleaving_from_the_configs_seed():
+    from harness import models
+    cfg = dataclasses.replace(config.WALL, T_values=(4,), linear_T_values=(4, 16), d=3, rounds=3,
+                              threads=1, seed=7)
+    drawn, real = [], walltime._calls
+
+    def calls(T, d, seed, dtype=np.float64, names=None):
+        drawn.append((T, seed, None if names is None else tuple(names)))
+        return real(T, d, seed, dtype, names)
+    fake = _FakeRounds(lambda k, n, r: 1e-3 * k[1])
+    with mock.patch.object(walltime, "_calls", calls), \
+            mock.patch.object(walltime.timing, "time_interleaved", fake):
+        t = walltime.measure_wall_times(cfg)
+    linear = walltime.linear_families(3)
+    assert linear and set(linear) < set(models.variants())
+    # T = 4 for every variant; 16, past the grid's lengths, for the linear ones only
+    assert drawn == [(4, 7, None), (16, 7, linear)]
+    assert [c[3] for c in fake.calls] == [7]
+    assert sorted(t[t["T"] == 16].model) == sorted(linear)
+
+
 def test_strong_scaling_speedup_and_efficiency():
     cfg = dataclasses.replace(config.WALL, scaling_T=6, d=3, rounds=2)
     fake = _FakeRounds(lambda k, n, r: 1.0 / n * (2 if "+" in k else 1))      # n: the call

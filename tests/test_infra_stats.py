@@ -254,3 +254,16 @@ def test_offset_power_law_finds_an_exponent_at_either_end_of_its_grid(p):
     q, a, b = fit.offset_power_law(T, 1e-6 + 1e-6 * T ** p)         # the two terms comparable
     assert q == pytest.approx(p, abs=1e-7) and b == pytest.approx(1e-6, rel=1e-6)
     assert a == pytest.approx(1e-6, rel=1e-3)            # at p = 4 the fixed cost is 1e-5 of a call
+
+
+def test_bootstrap_interval_resamples_at_seed_0_unless_told():
+    x = np.random.default_rng(2).lognormal(size=30)
+    mean = lambda r: r.mean(axis=1)                                  # noqa: E731
+    assert fit.bootstrap_interval(mean, x) == fit.bootstrap_interval(mean, x, seed=0)
+    assert fit.bootstrap_interval(mean, x) != fit.bootstrap_interval(mean, x, seed=1)
+
+
+def test_bootstrap_interval_resamples_float32_rounds_in_float64():
+    x = np.random.default_rng(3).lognormal(size=20).astype(np.float32)
+    med = lambda r: np.median(r, axis=1) / 3                         # noqa: E731
+    assert fit.bootstrap_interval(med, x) == fit.bootstrap_interval(med, x.astype(np.float64))
