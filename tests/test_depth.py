@@ -44,6 +44,29 @@ def test_counts_cross_at_T_equals_d():
     assert tab.loc[d + 1, "attention"] > tab.loc[d + 1, "rnn"]
 
 
+def test_counts_cross_at_T_equals_d_at_a_small_d():
+    # the lesson's crossover at d = 16: the grid's 2 T^2 d against the recurrence's 2 T d^2,
+    # each form counting its lesson's parts (attention without its projections)
+    d = 16
+    tab = depth.depth_table([d - 1, d, d + 1], d).pivot(index="T", columns="model", values="macs")
+    assert tab.loc[d - 1, "attention"] < tab.loc[d - 1, "rnn"]
+    assert tab.loc[d, "attention"] == tab.loc[d, "rnn"] == 2 * d ** 3
+    assert tab.loc[d + 1, "attention"] > tab.loc[d + 1, "rnn"]
+
+
+def test_tables_tell_progress_of_each_trace_that_took_a_second_or_more(monkeypatch):
+    real = depth.trace_model
+
+    def timed(model, T, d, **kw):
+        tr = real(model, T, d, **kw)
+        tr.seconds = 1.0 if T == 1234 else 0.999
+        return tr
+    monkeypatch.setattr(depth, "trace_model", timed)
+    lines = []
+    depth.tables([1234, 5], 2, families=("rnn",), progress=lines.append)
+    assert lines == ["traced rnn at T = 1,234 in 1.0 s"]
+
+
 def test_flops_are_twice_macs():
     tab = depth.depth_table([7, 30], 16)
     assert (tab.flops == 2 * tab.macs).all()

@@ -210,7 +210,7 @@ class Traced:
         op = self.graph.new_op("matmul", [a, b], shape, k, axes, k_label=xa[-1])
         return self._out(op, dist.shift(1), sdep.shift(1 + clog2(k)), axes)
 
-    def _reduce(self, kind, axis=-1, keepdims=False):
+    def _reduce(self, kind, axis, keepdims):
         if axis not in (-1, self.ndim - 1):
             raise TypeError(f"trace: .{kind}() is traced over the last axis only, got "
                             f"axis={axis}{_called_at()}")
