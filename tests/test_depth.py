@@ -542,7 +542,9 @@ def test_trace_memory_estimate_is_an_upper_bound(model, T, d):
     assert peak <= est <= 4 * peak + 2**20
 
 
-def test_each_model_and_T_is_traced_once(monkeypatch, capsys):
+def test_the_depth_command_traces_each_model_and_T_once(monkeypatch, capsys):
+    from harness.infra import progress      # the kernels' warm-up is not what this counts
+    monkeypatch.setattr(progress, "warm_up_kernels", lambda progress: None)
     calls = []
     real = depth.trace_model
     monkeypatch.setattr(depth, "trace_model", lambda m, T, d, **k: calls.append((m, T)) or real(m, T, d, **k))
