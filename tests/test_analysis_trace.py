@@ -559,3 +559,33 @@ def test_a_large_field_folds_each_term_into_a_larger_one_it_broadcasts_into():
     dense = np.minimum(np.minimum(np.broadcast_to(col, (n, n)), row), 5.0)
     got = np.minimum(*(np.broadcast_to(t, (n, n)) for t in f.terms))
     np.testing.assert_array_equal(got, dense)
+
+
+def test_field_bytes_are_dense_up_to_dense_max_elements_and_a_row_and_a_column_past_it():
+    from harness.analysis.field import BYTES_PER_ELEMENT, DENSE_MAX, field_bytes
+    assert DENSE_MAX == 256 * 256
+    assert field_bytes(256, 256) == BYTES_PER_ELEMENT * DENSE_MAX
+    assert field_bytes(256, 257) == BYTES_PER_ELEMENT * (256 + 257)
+
+
+def test_a_slice_or_a_row_of_a_weight_is_that_weight():
+    g = trace.Graph(weight_parts={"W": "weights"})
+    X = trace.leaf(g, "X", (3, 4), ("T", "d_model"), source_row=0)
+    W = trace.leaf(g, "W", (4, 4), ("d_model", "d_k"))
+    X @ W[:, :2]                                   # the first two columns: still W
+    W[1] @ np.ones((4, 2))                         # one row of W: still W
+    X[:, :2] @ np.ones((2, 2))                     # a slice of X is no weight
+    assert [op.part for op in g.ops] == ["weights", "weights", "product"]
+
+
+@pytest.mark.parametrize("call,what", [
+    (lambda X: np.add.reduce(X), "np.add.reduce"),
+    (lambda X: np.multiply.accumulate(X), "np.multiply.accumulate"),
+    (lambda X: np.exp(X, out=np.empty((3, 2))), "np.exp(..., out=...)"),
+])
+def test_a_ufunc_method_or_an_out_argument_is_refused_by_name(call, what):
+    g = trace.Graph()
+    X = trace.leaf(g, "X", (3, 2), ("T", "d_model"), source_row=0)
+    with pytest.raises(TypeError) as e:
+        call(X)
+    assert str(e.value).startswith(f"trace: {what} is not traced")

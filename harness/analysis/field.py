@@ -99,11 +99,10 @@ class Field:
         return kept
 
     @classmethod
-    def constant(cls, shape, how, value=None):
-        """Every element ``value`` (the identity of ``how``, inf or 0, by default)."""
+    def constant(cls, shape, how):
+        """Every element the identity of ``how``: inf for "min", 0 for "max"."""
         _, dtype, ident = _HOW[how]
-        return cls(shape, [np.full((1,) * len(shape), ident if value is None else value, dtype)],
-                   how)
+        return cls(shape, [np.full((1,) * len(shape), ident, dtype)], how)
 
     @property
     def ndim(self):

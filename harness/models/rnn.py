@@ -70,7 +70,7 @@ def inputs(T, d, batch=1, dtype="float64", seed=0):
     return _draw(rng, T, d, batch, dtype)
 
 
-def _draw(rng, T, d, batch=1, dtype="float64"):
+def _draw(rng, T, d, batch, dtype):
     shape = (T, d) if batch == 1 else (batch, T, d)
     X = rng.standard_normal(shape).astype(dtype)                       # (B, T, d)
     s = 1.0 / math.sqrt(d)
