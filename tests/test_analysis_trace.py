@@ -448,6 +448,15 @@ def test_a_field_reads_as_the_dense_array_it_stands_for(seed, monkeypatch):
         np.testing.assert_array_equal(both.dense(), ufunc(dense, d2))
         assert both.total() == ufunc.reduce(ufunc(dense, d2), axis=None)
         np.testing.assert_array_equal(f.reshape((n, m)).dense(), dense.reshape(n, m))
+        # one term narrower than the field (a row's depth for every column), and one as wide
+        for t in (r, rng.integers(0, 9, size=(m, n)).astype(dtype)):
+            one = Field((m, n), [t], how)
+            assert len(one.terms) == 1 and one.terms[0].shape == t.shape
+            np.testing.assert_array_equal(one.dense(), np.broadcast_to(t, (m, n)))
+            for idx in ((1,), (slice(None), 0), (Ellipsis, m - 1, slice(None)), (slice(1, None, 2),),
+                        (None, slice(None)), (slice(None), None, -1), ([0, 1],)):
+                np.testing.assert_array_equal(one.index(idx).dense(),
+                                              np.broadcast_to(t, (m, n))[idx])
     with pytest.raises(IndexError):
         Field((m, n), [r, c], "min").index((m,))
     with pytest.raises(ValueError, match="does not broadcast"):
