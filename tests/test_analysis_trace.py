@@ -598,3 +598,29 @@ def test_a_ufunc_method_or_an_out_argument_is_refused_by_name(call, what):
     with pytest.raises(TypeError) as e:
         call(X)
     assert str(e.value).startswith(f"trace: {what} is not traced")
+
+
+def test_a_field_indexes_term_by_term_a_two_long_axis_too(monkeypatch):
+    from harness.analysis import field
+    from harness.analysis.field import Field
+    monkeypatch.setattr(field, "DENSE_MAX", 4)
+    r = np.array([[1.0], [5.0]], np.float32)                    # (2, 1): one wide on axis 1
+    c = np.array([[3.0, 0.0, 7.0]], np.float32)                 # (1, 3): one wide on axis 0
+    f = Field((2, 3), [r, c], "min")
+    dense = np.minimum(r, c)
+    for idx in ((slice(1, None, 2),), (slice(None), slice(1, None, 2)), (1, slice(2, None)),
+                (slice(None, None, -1),), (slice(2, None),)):
+        np.testing.assert_array_equal(f.index(idx).dense(), dense[idx])
+
+
+def test_a_large_field_keeps_its_terms_through_basic_indexing():
+    from harness.analysis.field import Field
+    n = 300                                                     # past DENSE_MAX: kept in terms
+    col, row = np.arange(n, dtype=np.float32)[:, None], np.arange(n, dtype=np.float32)[None, ::-1]
+    f = Field((n, n), [col, row], "min")
+    dense = np.minimum(col, row)
+    for idx in ((slice(1, None),), (Ellipsis, slice(None, None, -1)), (slice(None), slice(0, 250))):
+        got = f.index(idx)                                      # each still past DENSE_MAX
+        assert got.nbytes <= 2 * n * 4                          # a row and a column, not n x n
+        np.testing.assert_array_equal(got.dense(), dense[idx])
+    np.testing.assert_array_equal(f.index(([3, 1],)).dense(), dense[[3, 1]])   # not basic: dense
