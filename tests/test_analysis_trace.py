@@ -624,3 +624,27 @@ def test_a_large_field_keeps_its_terms_through_basic_indexing():
         assert got.nbytes <= 2 * n * 4                          # a row and a column, not n x n
         np.testing.assert_array_equal(got.dense(), dense[idx])
     np.testing.assert_array_equal(f.index(([3, 1],)).dense(), dense[[3, 1]])   # not basic: dense
+
+
+def test_a_three_axis_field_indexes_each_axis_of_each_term(monkeypatch):
+    from harness.analysis import field
+    from harness.analysis.field import Field
+    monkeypatch.setattr(field, "DENSE_MAX", 4)
+    rng = np.random.default_rng(0)
+    terms = [rng.integers(0, 9, size=s).astype(np.int32) for s in ((2, 1, 1), (1, 3, 1), (1, 1, 4))]
+    f = Field((2, 3, 4), terms, "max")
+    dense = np.maximum(np.maximum(terms[0], terms[1]), terms[2])
+    for idx in ((1,), (slice(None), 2), (slice(None), slice(1, None), 3), (Ellipsis, slice(0, 2)),
+                (0, None, slice(None, None, -1), 1), (slice(None), slice(None), slice(3, None))):
+        np.testing.assert_array_equal(f.index(idx).dense(), dense[idx])
+
+
+def test_tril_is_one_where_of_its_argument_and_an_offset_is_refused():
+    g = trace.Graph()
+    E = trace.leaf(g, "E", (3, 3), ("T", "T"), source_row=0)
+    L = np.tril(E)
+    assert [(op.kind, op.part, op.shape) for op in g.ops] == [("where", "where", (3, 3))]
+    np.testing.assert_array_equal(L.dist, E.dist + 1)
+    for k in (1, -1):
+        with pytest.raises(TypeError, match=r"^trace: np\.tril is not traced"):
+            np.tril(E, k=k)
