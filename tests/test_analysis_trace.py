@@ -457,6 +457,10 @@ def test_a_field_reads_as_the_dense_array_it_stands_for(seed, monkeypatch):
                         (None, slice(None)), (slice(None), None, -1), ([0, 1],)):
                 np.testing.assert_array_equal(one.index(idx).dense(),
                                               np.broadcast_to(t, (m, n))[idx])
+            for axis in (0, 1, -1):
+                for keep in (False, True):
+                    want = ufunc.reduce(np.broadcast_to(t, (m, n)), axis=axis, keepdims=keep)
+                    np.testing.assert_array_equal(one.reduce(axis, keep).dense(), want)
     with pytest.raises(IndexError):
         Field((m, n), [r, c], "min").index((m,))
     with pytest.raises(ValueError, match="does not broadcast"):
@@ -637,6 +641,14 @@ def test_a_three_axis_field_indexes_each_axis_of_each_term(monkeypatch):
     for idx in ((1,), (slice(None), 2), (slice(None), slice(1, None), 3), (Ellipsis, slice(0, 2)),
                 (0, None, slice(None, None, -1), 1), (slice(None), slice(None), slice(3, None))):
         np.testing.assert_array_equal(f.index(idx).dense(), dense[idx])
+    # terms wide on two axes: each reduced along the axis asked, and only that one
+    g = Field((2, 3, 4), [terms[0] + terms[1], terms[2]], "max")
+    assert sorted(t.shape for t in g.terms) == [(1, 1, 4), (2, 3, 1)]
+    g_dense = np.maximum(terms[0] + terms[1], terms[2])
+    for axis in (0, 1, 2, -1):
+        for keep in (False, True):
+            np.testing.assert_array_equal(g.reduce(axis, keep).dense(),
+                                          g_dense.max(axis=axis, keepdims=keep))
 
 
 def test_tril_is_one_where_of_its_argument_and_an_offset_is_refused():

@@ -148,7 +148,7 @@ class Field:
             return Field._raw(shape, [acc], how)
         return Field(shape, [t for f in fields for t in f.terms], how)
 
-    def reduce(self, axis, keepdims=False):
+    def reduce(self, axis, keepdims):
         """Min/max over ``axis`` (as ``ndarray.min``/``max``), term by term."""
         ufunc = _HOW[self.how][0]
         axis = axis % self.ndim

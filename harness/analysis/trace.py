@@ -86,12 +86,12 @@ class Graph:
         return op
 
 
-def _field(x, how, shape=None):
+def _field(x, how):
     """The dist (``how`` = "min") or sdepth ("max") Field of ``x``; a plain array's is the
     identity (inf, 0): it is never an input position and waits for nothing."""
     if isinstance(x, Traced):
         return x._dist if how == "min" else x._sdep
-    return Field.constant(np.shape(x) if shape is None else shape, how)
+    return Field.constant(np.shape(x), how)
 
 
 def _shape(x):
