@@ -660,3 +660,22 @@ def test_tril_is_one_where_of_its_argument_and_an_offset_is_refused():
     for k in (1, -1):
         with pytest.raises(TypeError, match=r"^trace: np\.tril is not traced"):
             np.tril(E, k=k)
+
+
+def test_a_field_names_a_term_it_cannot_hold_and_keeps_a_small_one_dense():
+    from harness.analysis.field import Field
+    with pytest.raises(ValueError) as e:
+        Field((2, 3), [np.zeros((1, 2, 3), np.float32)], "min")
+    assert str(e.value) == "trace: a term of shape (1, 2, 3) has more axes than (2, 3)"
+    with pytest.raises(ValueError) as e:
+        Field((2, 3), [np.zeros((3, 1), np.float32)], "min")
+    assert str(e.value) == "trace: a term of shape (3, 1) does not broadcast to (2, 3)"
+    # one term narrower than a small field, or several: one dense array of the field's shape;
+    # a term of fewer axes lines up on the right, as NumPy broadcasts; float64 becomes float32
+    for terms in ([np.arange(3.0)], [np.zeros((2, 1)), np.arange(3.0)[None, :]]):
+        f = Field((2, 3), terms, "min")
+        assert [(t.shape, t.dtype) for t in f.terms] == [((2, 3), np.float32)]
+        np.testing.assert_array_equal(f.terms[0], np.minimum.reduce(
+            [np.broadcast_to(t, (2, 3)) for t in terms]))
+    one = Field((2, 3), [np.ones((2, 3), np.int32)], "max")        # one full term: itself
+    assert one.terms[0].shape == (2, 3) and one.terms[0].dtype == np.int32

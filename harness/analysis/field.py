@@ -73,8 +73,6 @@ class Field:
             if not _covers(self.shape, t.shape):
                 raise ValueError(f"trace: a term of shape {t.shape} does not broadcast to {self.shape}")
             out.append(t)
-        if not out:
-            out = [np.full((1,) * nd, _HOW[how][2], dtype=dtype)]
         if len(out) > 1 or out[0].shape != self.shape:
             if _numel(self.shape) <= DENSE_MAX:
                 acc = np.broadcast_to(out[0], self.shape).copy()
