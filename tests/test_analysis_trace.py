@@ -672,10 +672,26 @@ def test_a_field_names_a_term_it_cannot_hold_and_keeps_a_small_one_dense():
     assert str(e.value) == "trace: a term of shape (3, 1) does not broadcast to (2, 3)"
     # one term narrower than a small field, or several: one dense array of the field's shape;
     # a term of fewer axes lines up on the right, as NumPy broadcasts; float64 becomes float32
-    for terms in ([np.arange(3.0)], [np.zeros((2, 1)), np.arange(3.0)[None, :]]):
+    for terms in ([np.arange(3.0)], [np.zeros((2, 1)), np.arange(3.0)[None, :]],
+                  [np.ones((2, 3)), np.arange(3.0)]):
         f = Field((2, 3), terms, "min")
         assert [(t.shape, t.dtype) for t in f.terms] == [((2, 3), np.float32)]
         np.testing.assert_array_equal(f.terms[0], np.minimum.reduce(
             [np.broadcast_to(t, (2, 3)) for t in terms]))
     one = Field((2, 3), [np.ones((2, 3), np.int32)], "max")        # one full term: itself
     assert one.terms[0].shape == (2, 3) and one.terms[0].dtype == np.int32
+
+
+def test_a_field_of_exactly_dense_max_elements_is_one_dense_array_and_one_more_is_not():
+    from harness.analysis.field import DENSE_MAX, Field
+    for n, dense in ((256, True), (257, False)):                 # 256^2 = DENSE_MAX
+        r = np.arange(n, dtype=np.float32)[:, None]
+        c = np.arange(n, dtype=np.float32)[None, :]
+        for f in (Field((n, n), [r, c], "min"),
+                  Field.combine([Field((n, 1), [r], "min"), Field((1, n), [c], "min")], (n, n), "min")):
+            assert [t.shape for t in f.terms] == ([(n, n)] if dense else [(n, 1), (1, n)]), n
+    assert 256 * 256 == DENSE_MAX
+    # one narrower field combined into a small shape: broadcast to it, one dense array
+    one = Field.combine([Field((3, 1), [np.arange(3.0)[:, None]], "min")], (3, 4), "min")
+    assert [t.shape for t in one.terms] == [(3, 4)]
+    np.testing.assert_array_equal(one.terms[0], np.broadcast_to(np.arange(3.0)[:, None], (3, 4)))

@@ -119,8 +119,7 @@ def test_readme_mutation_score_and_survivors_are_the_last_runs():
     kinds = [r["why it survives"].split(":", 1) for r in rows]
     assert all(len(k) == 2 and k[0] in ("equivalent", "not worth a test") and len(k[1].strip()) > 10
                for k in kinds), [k for k in kinds if k[0] not in ("equivalent", "not worth a test")][:3]
-    # the modules that run mutated, as they were named at its commit (the run predates the
-    # package's layers: its survivors are named after the flat modules)
+    # the modules that ran mutated, as they were named at its commit (pyproject's globs expanded)
     mutated = s.get("only_mutate") or tomllib.loads(
         (README.parent / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
     modules = {m.removesuffix(".py").replace("/", ".") for m in mutated}
