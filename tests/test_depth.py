@@ -54,6 +54,15 @@ def test_counts_cross_at_T_equals_d_at_a_small_d():
     assert tab.loc[d + 1, "attention"] > tab.loc[d + 1, "rnn"]
 
 
+def test_tables_give_the_count_and_depth_tables_of_the_same_traces():
+    counts, rows, kept = depth.tables([6, 9], 4, keep=(9,))
+    want = depth.depth_table([6, 9], 4)
+    cols = [c for c in want.columns if c != "trace_seconds"]        # measured, not counted
+    pd.testing.assert_frame_equal(rows[cols], want[cols])
+    pd.testing.assert_frame_equal(counts, depth.count_table([6, 9], 4))
+    assert sorted(kept) == sorted((m, 9, 4) for m in models.traced_forms())
+
+
 def test_tables_tell_progress_of_each_trace_that_took_a_second_or_more(monkeypatch):
     real = depth.trace_model
 
