@@ -1,4 +1,5 @@
-"""harness.analysis.trace: the traced graph. Each expected value is worked out by hand from a
+"""harness.analysis.trace, the traced graph, and harness.analysis.field, the per-element depths
+it keeps as row and column terms (each Field operation against its dense twin). Each expected value is worked out by hand from a
 tiny program (ops, parts, dependencies, depths, bytes), from a closed form (ceil(log2 n) as a
 bit length), or from what a plain ndarray does with the same operands (shapes, axes), so that
 a changed axis, dtype, label or comparison makes a test fail."""

@@ -507,9 +507,10 @@ def test_attention_paths_of_float32_inputs_are_computed_in_float64():
     np.testing.assert_allclose(f32[cols].to_numpy(), f64[cols].to_numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("top", [1, 2])       # T = 4: the dominant key two before the query, and
-def test_attention_paths_score_route_of_a_dominant_key_has_no_cancellation(top):   # T - 2
-    """alpha_top = 1 - O(e^-39): y_T rounds to v_top in float64, so v_top - y_T taken directly
+@pytest.mark.parametrize("top", [1, 2])
+def test_attention_paths_score_route_of_a_dominant_key_has_no_cancellation(top):
+    """T = 4, the dominant key two before the query (top = 1) or one before it (top = 2, T - 2).
+    alpha_top = 1 - O(e^-39): y_T rounds to v_top in float64, so v_top - y_T taken directly
     would be 0. The path takes it as sum_i alpha_i (v_i - v_top); here against 50 digits."""
     import mpmath
     x = [0.5, -0.25, 0.75, 1.0]
