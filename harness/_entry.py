@@ -49,8 +49,12 @@ def main():
         code = cli.main()
     except SystemExit as e:
         code = _exit_status(e.code)
-    except BaseException:                   # a bug: its traceback, as Python would print it
-        sys.excepthook(*sys.exc_info())
+    except BaseException:
+        # a bug: its traceback, as Python would print it; but with a signal received it is
+        # the signal's interruption (a KeyboardInterrupt that came back as another
+        # exception, or one that landed as the command was answering), said below
+        if signals.received() is None:
+            sys.excepthook(*sys.exc_info())
         code = 1
     try:
         sys.stdout.flush()

@@ -78,17 +78,6 @@ def interrupted(name):
     return 128 + int(sig)
 
 
-def _caused_by_interrupt(exc):
-    """Whether a KeyboardInterrupt is in ``exc``'s chain of causes and contexts."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -103,34 +92,40 @@ def main(argv=None):
             rc = int(args._run(args) or 0)
             signals.checkpoint()            # a signal whose exception was swallowed: not a success
             return rc
-        except UsageError as e:
-            print(f"{name}: error: {e}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            return interrupted(name)
-        except SystemError as e:
-            # a KeyboardInterrupt raised inside a callback from C (Numba unpickling a compiled
-            # function's constants on its first call) comes back wrapped: "returned a result
-            # with an exception set". It is still the signal's interruption.
-            if signals.received() is not None and _caused_by_interrupt(e):
+        except BaseException as e:
+            # A signal's KeyboardInterrupt can come back as another exception: raised inside
+            # C code that calls back into Python, it is an ImportError when NumPy's import
+            # was interrupted ('PyCapsule_Import could not import module "datetime"'), a
+            # SystemError when Numba was unpickling. With a signal received, whatever the
+            # command raised is that signal's interruption.
+            if isinstance(e, KeyboardInterrupt) or signals.received() is not None:
                 return interrupted(name)
-            raise
-        except (ValueError, TypeError, MemoryError, ArithmeticError) as e:
-            # the analysers check their own arguments and say which one is wrong; the command
-            # line shows that as one line. HARNESS_DEBUG=1 shows the traceback instead.
-            if debug:
-                raise
-            print(f"{name}: error: {type(e).__name__}: {e}".splitlines()[0]
-                  + " (HARNESS_DEBUG=1 shows the traceback)", file=sys.stderr)
-            return 2
-        except OSError as e:
-            # a write that failed after the checks (a full disk, a file turned read-only)
-            if debug:
-                raise
-            where = f": {e.filename}" if e.filename else ""
-            print(f"{name}: error: cannot write{where}: {e.strerror or e}; the previous files, "
-                  f"if any, are untouched", file=sys.stderr)
-            return 1
+            return _failed(name, e, debug)
+
+
+def _failed(name, e, debug):
+    """The exit status of a command that raised ``e``, said in one line; a bug (any exception
+    not named below) is raised again, its traceback Python's."""
+    if isinstance(e, UsageError):
+        print(f"{name}: error: {e}", file=sys.stderr)
+        if getattr(e, "frames", ""):                # the user's own code raised it: its frames
+            print(e.frames.rstrip("\n"), file=sys.stderr)
+        return 2
+    if debug:
+        raise e
+    if isinstance(e, (ValueError, TypeError, MemoryError, ArithmeticError)):
+        # the analysers check their own arguments and say which one is wrong; the command
+        # line shows that as one line. HARNESS_DEBUG=1 shows the traceback instead.
+        print(f"{name}: error: {type(e).__name__}: {e}".splitlines()[0]
+              + " (HARNESS_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 2
+    if isinstance(e, OSError):
+        # a write that failed after the checks (a full disk, a file turned read-only)
+        where = f": {e.filename}" if e.filename else ""
+        print(f"{name}: error: cannot write{where}: {e.strerror or e}; the previous files, "
+              f"if any, are untouched", file=sys.stderr)
+        return 1
+    raise e
 
 
 if __name__ == "__main__":

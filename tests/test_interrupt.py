@@ -423,6 +423,70 @@ def test_signals_while_pytorch_loads_end_in_the_message(tmp_path):
         check_outcome(rc, err, out, sig, EXPECTED["compare"], "compare")
 
 
+# Sends the signal as NumPy's compiled core, while it initialises, imports the datetime
+# module: NumPy's C code calls PyCapsule_Import, which turns the KeyboardInterrupt into
+# 'ImportError: PyCapsule_Import could not import module "datetime"', and NumPy adds its
+# "IMPORTANT: PLEASE READ THIS" text (at 0.5 s into harness compare --quick, 1 in 20 random
+# signals). A test hook, loaded by Python at start-up from PYTHONPATH.
+_AT_NUMPY = """\
+import os, signal, sys
+_sig = int(os.environ["HARNESS_TEST_SIGNAL"])
+
+
+class _Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name == "datetime" and "numpy" in sys.modules:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), _sig)        # handled on the next line Python runs
+        return None
+
+
+sys.meta_path.insert(0, _Finder())
+"""
+
+
+def test_a_signal_while_numpys_core_loads_is_the_interruption_not_an_import_error(tmp_path):
+    """Each signal once, as NumPy's core imports datetime from C: one line and 128 + the
+    signal's number, not a 55-line ImportError traceback with NumPy's advice before it."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_AT_NUMPY)
+    runs = [(["compare", "--quick"], None, 0.0, "none",
+             dict(os.environ, PYTHONPATH=str(hook), HARNESS_TEST_SIGNAL=str(int(sig))), HARNESS)
+            for sig in (signal.SIGINT, signal.SIGTERM)]
+    for (*_, env, _), rc, err, out in _in_pairs(tmp_path, runs):
+        sig = int(env["HARNESS_TEST_SIGNAL"])
+        assert rc == 128 + sig, (rc, err)             # sent in-process: it always lands
+        assert err == (f"harness compare: interrupted ({signal.Signals(sig).name}); no partial "
+                       f"output was left\n"), err
+        check_outcome(rc, err, out, sig, EXPECTED["compare"], "compare")
+
+
+@pytest.mark.parametrize("error", [
+    ImportError('PyCapsule_Import could not import module "datetime"'),   # NumPy's import
+    RuntimeError("generator raised StopIteration"),
+    ValueError("a check that ran as the signal came"),
+    _io.UsageError("--out: cannot write in '/x': Interrupted system call"),
+])
+def test_an_interruption_that_comes_back_as_another_exception_is_still_the_interruption(
+        error, monkeypatch, capsys):
+    """A KeyboardInterrupt raised in C code that called back into Python comes back as some
+    other exception, its cause lost: with a signal received, the command says the
+    interruption, in one line, and exits 128 + the signal's number."""
+    from harness.commands import decay
+
+    def run(args):
+        try:
+            _interrupt._handler(signal.SIGINT, None)         # raises, as the handler would
+        except KeyboardInterrupt:
+            raise error from None
+
+    monkeypatch.setattr(decay, "run", run)
+    assert cli.main(["decay"]) == 128 + signal.SIGINT
+    assert capsys.readouterr().err == ("harness decay: interrupted (SIGINT); no partial output "
+                                       "was left\n")
+
+
 def test_the_torch_import_holds_a_signal_until_it_ends(monkeypatch):
     """The handler runs inside the import (as it would from torch's C++), records, and does
     not raise there; the interrupt comes when the import has ended."""
