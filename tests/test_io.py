@@ -57,21 +57,127 @@ def test_masked_arrays_are_refused():
         rnn.forward(X, np.ones((2, 2)), np.eye(2))
 
 
-def test_sigterm_during_report_leaves_nothing(tmp_path):
-    out = tmp_path / "rep"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "report", "--quick", "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(tmp_path.iterdir()):
-        time.sleep(0.05)                      # wait until the staging folder exists
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    left = os.listdir(tmp_path)
-    assert not [n for n in left if n.endswith(".partial")], left   # no staging folder left
-    if proc.returncode != 0:                  # interrupted: nothing that looks like a report
+# Sends the signal at one chosen moment of the command's own file operations: just before or
+# just after the first os.mkdir, os.rmdir or os.replace whose path's name matches a regular
+# expression (HARNESS_TEST_SIGNAL_AT="after-mkdir:-probe-"). A test hook, loaded by Python at
+# start-up from PYTHONPATH; the harness knows nothing of it.
+_AT_FILE_OPERATION = """\
+import os, re, signal
+_sig = int(os.environ["HARNESS_TEST_SIGNAL"])
+_when, _, _name = os.environ["HARNESS_TEST_SIGNAL_AT"].partition(":")
+_sent = []
+
+
+def _wrapped(op, real):
+    def f(*paths, **kw):
+        hit = not _sent and any(re.search(_name, os.path.basename(os.fspath(p)))
+                                for p in paths[:2] if isinstance(p, (str, bytes, os.PathLike)))
+        if hit and _when == "before-" + op:
+            _sent.append(op)
+            os.kill(os.getpid(), _sig)    # handled on the next line Python runs
+        out = real(*paths, **kw)
+        if hit and _when == "after-" + op:
+            _sent.append(op)
+            os.kill(os.getpid(), _sig)
+        return out
+    return f
+
+
+for _op in ("mkdir", "rmdir", "replace"):
+    setattr(os, _op, _wrapped(_op, getattr(os, _op)))
+"""
+
+_STAGE = r"^\.harness-staging-\d+-(?!probe-)"       # the staging folder, not the probe
+DECAY_FILES = {"decay.csv", "decay_summary.csv", "decay_clipping.csv", "decay_additive.csv"}
+
+
+@pytest.mark.parametrize("command, at", [
+    ("report", "after-mkdir:-probe-"),        # the --out probe, made in the parent
+    ("report", "before-rmdir:-probe-"),
+    ("decay", "after-mkdir:-probe-"),
+    ("decay", "before-rmdir:-probe-"),
+    ("decay", "after-mkdir:^out$"),           # the output folder, made by this run
+    ("decay", "after-mkdir:" + _STAGE),       # the staging folder in it
+    ("decay", r"after-mkdir:^\.old$"),       # the commit's folder for the old set
+    ("decay", r"before-replace:^decay\.csv$"),  # the first file moving in
+])
+def test_sigterm_at_each_moment_of_the_output_leaves_nothing(command, at, tmp_path):
+    """SIGTERM at a chosen moment of the command's file operations, sent from inside the
+    process (so where it lands does not depend on the machine's load): the command says it
+    was interrupted and the output's parent holds nothing but, where the signal was held
+    back until the set had moved in, the complete output. The probe's moment left
+    .harness-staging-<pid>-probe-<id> in the parent (a full make test, #39)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_AT_FILE_OPERATION)
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    out = parent / "out"
+    argv = {"report": ["report", "--quick"],
+            "decay": ["decay", "--T", "30", "--d", "5", "--rho", "0.9", "--quiet"]}[command]
+    env = dict(os.environ, PYTHONPATH=str(hook), HARNESS_TEST_SIGNAL=str(int(signal.SIGTERM)),
+               HARNESS_TEST_SIGNAL_AT=at)
+    proc = subprocess.run([sys.executable, "-m", "harness", *argv, "--out", str(out)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr      # it always lands
+    assert proc.stderr.splitlines()[-1] == (f"harness {command}: interrupted (SIGTERM); no "
+                                            f"partial output was left"), proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    left = sorted(os.listdir(parent))
+    if at.startswith("before-replace"):        # held back until the whole set had moved in
+        assert left == ["out"] and set(os.listdir(out)) == DECAY_FILES, (left, os.listdir(out))
+    else:
         assert left == [], left
-    else:                                     # the signal came too late: a complete report
-        assert (out / "index.html").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_signal_between_the_probes_mkdir_and_rmdir_is_raised_once_it_is_gone(
+        sig, whole, tmp_path, monkeypatch):
+    real = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        if "-probe-" in os.fspath(path):
+            os.kill(os.getpid(), sig)          # handled on the next line Python runs
+
+    out = tmp_path / "out"
+    if whole:
+        out.mkdir()                            # probed in the folder, then in its parent
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    with _interrupt.installed():
+        with pytest.raises(KeyboardInterrupt):
+            _io.check_out(out, whole=whole)
+        assert _interrupt.received() == sig
+    assert _listing(tmp_path) == (["out"] if whole else [])
+    assert not whole or _listing(out) == []
+
+
+def test_an_output_set_makes_nothing_until_it_is_used(tmp_path):
+    """Its staging folder is made by its first use, inside the caller's try, so that a signal
+    between the constructor and that try leaves nothing behind."""
+    files = _io.OutputSet(tmp_path)
+    assert _listing(tmp_path) == []
+    files.discard()
+    files = _io.OutputSet(tmp_path)
+    files.write_text("a.txt", "a")
+    assert files.stage.parent == tmp_path and (files.stage / "a.txt").read_text() == "a"
+    files.discard()
+    assert _listing(tmp_path) == [] and files.stage.parent == tmp_path   # not made again
+
+
+def test_output_dir_removes_every_folder_a_failed_run_created(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with output_dir(tmp_path / "a" / "b" / "c"):
+            raise KeyboardInterrupt
+    assert _listing(tmp_path) == []
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "keep").write_text("k")
+    with pytest.raises(RuntimeError):
+        with output_dir(tmp_path / "a" / "b" / "c"):
+            raise RuntimeError("boom")
+    assert _listing(tmp_path) == ["a"] and _listing(tmp_path / "a") == ["keep"]
 
 
 def test_main_restores_the_sigterm_handler(tmp_path):

@@ -84,11 +84,14 @@ def check_out(path, arg="--out", files=(), whole=False):
 
 def _probe(folder, arg):
     """Make and remove a folder in ``folder``, named as a staging folder (a run killed -9 in
-    between leaves what the next run removes)."""
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=folder))
-    except OSError as e:
-        raise UsageError(f"{arg}: cannot write in {str(folder)!r}: {e.strerror or e}") from None
+    between leaves what the next run removes). SIGINT and SIGTERM are held back from before
+    the mkdir to after the rmdir: one that comes in between is raised once the probe is gone."""
+    with signals.deferred():
+        try:
+            probe = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=folder)
+        except OSError as e:
+            raise UsageError(f"{arg}: cannot write in {str(folder)!r}: {e.strerror or e}") from None
+        os.rmdir(probe)
 
 
 def ensure_writable_dir(path, arg="--out", files=()):
@@ -130,18 +133,19 @@ def remove_stale(folder, pattern):
 
 @contextlib.contextmanager
 def output_dir(path, arg="--out", files=()):
-    """``ensure_writable_dir`` for the length of a command: if the command fails, a
-    directory that this run created and left empty is removed again."""
-    existed = os.path.lexists(path)
-    out = ensure_writable_dir(path, arg, files)
+    """``ensure_writable_dir`` for the length of a command: if the command fails (a signal
+    included, at any moment, the mkdir's own), the folders this run created and left empty
+    are removed again, the deepest first."""
+    p = Path(check_name(path, arg))
+    made = [q for q in (p, *p.parents) if not os.path.lexists(q)]     # deepest first
     try:
-        yield out
+        yield ensure_writable_dir(path, arg, files)
     except BaseException:
-        if not existed:
+        for q in made:
             try:
-                out.rmdir()                  # only if empty: nothing written is lost
+                q.rmdir()                    # only if empty: nothing written is lost
             except OSError:
-                pass
+                break
         raise
 
 
@@ -156,9 +160,19 @@ class OutputSet:
     def __init__(self, folder):
         self.folder = Path(folder)
         remove_stale(self.folder, re.escape(STAGING_PREFIX) + r"(\d+)-.*")
-        self.stage = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-",
-                                           dir=self.folder))
+        self._stage = None
         self.names = []
+
+    @property
+    def stage(self):
+        """The staging folder, made on first use: inside the caller's ``try`` whose ``finally``
+        calls ``discard``, never in the constructor, from which a signal could leave it
+        made and unknown. Made and recorded with SIGINT and SIGTERM held back."""
+        if self._stage is None:
+            with signals.deferred():
+                self._stage = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-",
+                                                    dir=self.folder))
+        return self._stage
 
     def write_bytes(self, name, data):
         with open(self.stage / name, "wb") as f:
@@ -198,7 +212,8 @@ class OutputSet:
                 raise
 
     def discard(self):
-        shutil.rmtree(self.stage, ignore_errors=True)
+        if self._stage is not None:
+            shutil.rmtree(self._stage, ignore_errors=True)
 
 
 @contextlib.contextmanager
