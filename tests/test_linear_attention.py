@@ -433,6 +433,36 @@ def test_the_parallel_form_refuses_a_T_by_T_matrix_that_does_not_fit(which, monk
     raises(MemoryError, getattr(la, which), kw, f"T = {t}", "T x T", "bytes", "'chunked'")
 
 
+def test_a_chunk_longer_than_the_sequence_is_one_chunk_of_T_rows():
+    """chunk=10**12 or 20,000 with T = 7 is one chunk of 7 rows, bit for bit (its buffers were
+    sized by chunk: NumPy's "array is too big", then "Allocation failed")."""
+    X, Wq, Wk, Wv, dY, kw = make(16, decay="selective", batched=True, t=7)
+    args = (X, Wq, Wk, Wv)
+    Y = la.forward(*args, "selective", method="chunked", chunk=7, **kw)
+    g = la.backward(*args, dY, "selective", method="chunked", chunk=7, **kw)
+    for chunk in (10 ** 12, 20000, 8):
+        assert np.array_equal(la.forward(*args, "selective", method="chunked", chunk=chunk, **kw), Y)
+        got = la.backward(*args, dY, "selective", method="chunked", chunk=chunk, **kw)
+        assert all(np.array_equal(a, b) for a, b in zip(got, g)), chunk
+
+
+@pytest.mark.parametrize("which", ["forward", "backward"])
+def test_the_chunked_form_counts_its_chunk_buffers_and_refuses_by_name(which, monkeypatch):
+    """chunk=4096 at T = 4096: chunk x chunk buffers of 400 MiB (float64) are refused before
+    they are made, naming chunk; buffers that fit alone but not with the rest are counted by the
+    memory check, whose message names chunk too."""
+    t = 4096
+    X, Wq, Wk, Wv, dY, _ = make(17, t=t, d_model=1, d_k=1, d_v=1)
+    kw = dict(X=X, Wq=Wq, Wk=Wk, Wv=Wv, method="chunked", chunk=t)
+    if which == "backward":
+        kw["dY"] = dY
+    monkeypatch.setattr(validate, "available_memory_bytes", lambda: 2 ** 28)
+    raises(MemoryError, getattr(la, which), kw, "chunk", f"{t} rows", "bytes", "smaller chunk")
+    own = la._chunk_bytes(t, 1, 2, 8, which == "backward")
+    monkeypatch.setattr(validate, "available_memory_bytes", lambda: own + 1000)
+    raises(MemoryError, getattr(la, which), kw, f"chunk={t}", "chunk x chunk buffers", "bytes")
+
+
 def test_a_denominator_that_underflows_is_a_floating_point_error():
     """q_t = W_q x_t far below 0: phi(q_t) = exp(q_t) is 0, so is z_t . phi(q_t)."""
     X, Wq, Wk, Wv, dY, _ = make(12)

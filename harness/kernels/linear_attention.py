@@ -629,6 +629,8 @@ def _check(X, Wq, Wk, Wv, decay, gamma, w_a, b_a, normalize, method, chunk):
         raise ValueError(f"{given} given but decay={decay!r}; w_a and b_a are the decay of "
                          f"decay='selective' only.")
     X3 = X if X.ndim == 3 else X[None]
+    # a chunk of T rows or more is the whole sequence: its buffers are sized by the rows it holds
+    chunk = min(chunk, X3.shape[1])
     return _Inputs(X, X3, Wq, Wk, Wv, decay, gamma, w_a, b_a, bool(normalize), method, chunk)
 
 
@@ -757,6 +759,20 @@ def _n_chunks(p):
     return -(-p.X3.shape[1] // p.chunk)
 
 
+def _chunk_bytes(C, d_k, w, item, backward):
+    """Bytes of the chunked kernels' own buffers for chunks of C rows: the (C, C) products and
+    decays in the dtype, the exps' packed triangle in float64 and int64; the backward adds its
+    own to the forward pass it may run again (``_chunked_pass``, ``_chunked_backward``)."""
+    tri = 16 * (C * (C + 1) // 2 + 2 * C)
+    fwd = item * (2 * C * C + C * (w + d_k + 2) + 2 * d_k * w) + tri
+    if not backward:
+        return fwd
+    return fwd + item * (3 * C * C + C * (max(d_k, w) + d_k + 2) + 2 * d_k * w) + tri + 8 * C
+
+
+_SMALL_CHUNK_BYTES = 64 * 2**20     # below this, reading /proc/meminfo costs more than it saves
+
+
 def _check_bytes(p, backward):
     """MemoryError, before allocating, if the method's buffers (and X's copy, if X is strided)
     would not fit; else p with X C-contiguous."""
@@ -773,9 +789,18 @@ def _check_bytes(p, backward):
                        f"{'ces' if n > 1 else 'x'}; method='chunked' or 'recurrent' needs none)",
                        inputs=(("X", p.X),))
     elif p.method == "chunked":
-        v.check_memory((B * _n_chunks(p) * d_k * w + rows) * item,
+        own = _chunk_bytes(p.chunk, d_k, w, item, backward)
+        avail = v.available_memory_bytes() if own > _SMALL_CHUNK_BYTES else own
+        if own > avail:
+            raise MemoryError(
+                f"chunk: chunks of {p.chunk} rows (min(chunk, T)) need {own:,} bytes "
+                f"({own / 2**30:.2f} GiB) of chunk x chunk buffers in linear attention's chunked "
+                f"form, but only {avail:,} bytes ({avail / 2**30:.2f} GiB) are available; pass "
+                f"a smaller chunk (the default is {CHUNK}; the buffers grow as chunk**2).")
+        v.check_memory((B * _n_chunks(p) * d_k * w + rows) * item + own,
                        f"linear attention's chunked form at T = {T}{f', B = {B}' if B > 1 else ''} "
-                       f"(one state per chunk of {p.chunk})", inputs=(("X", p.X),))
+                       f"(one state per chunk of chunk={p.chunk} rows, and chunk x chunk buffers)",
+                       inputs=(("X", p.X),))
     else:
         v.check_memory(rows * item, f"linear attention at T = {T}{f', B = {B}' if B > 1 else ''}",
                        inputs=(("X", p.X),))
