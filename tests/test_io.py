@@ -454,6 +454,28 @@ def test_check_name_refuses_every_undecodable_byte_and_names_the_option():
     assert _io.check_name("café/\u00e9") == "café/\u00e9"
 
 
+@pytest.mark.parametrize("name, what", [
+    ("out\nx", "a newline"), ("out\r", "a carriage return"), ("a\tb", "a tab"),
+    ("a\x00b", "a NUL byte"), ("a\x1bb", "the control character '\\x1b'"),
+    ("a\x85b", "the control character '\\x85'"),
+])
+def test_check_name_refuses_a_control_character_and_names_it(name, what):
+    with pytest.raises(_io.UsageError) as err:
+        _io.check_name(name, "--figures")
+    assert str(err.value) == (f"--figures: the name {name!r} holds {what}; please use a name "
+                              f"without control characters")
+
+
+def test_an_out_path_with_a_newline_is_refused_before_anything_is_written(tmp_path, capsys):
+    from harness import cli
+    out = tmp_path / "a\nb"
+    assert cli.main(["decay", "--T", "8", "--d", "2", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"harness decay: error: --out: the name {str(out)!r} holds a newline; please "
+                   f"use a name without control characters\n")
+    assert _listing(tmp_path) == []
+
+
 def test_a_stale_staging_folder_removed_by_another_run_is_no_error(tmp_path, monkeypatch):
     stale = tmp_path / f"{_io.STAGING_PREFIX}999999-abc"
     stale.mkdir()

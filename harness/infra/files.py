@@ -25,12 +25,23 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
+_CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab",
+                  "\x00": "a NUL byte"}
+
+
 def check_name(path, arg="--out"):
-    """A path whose bytes are not UTF-8 cannot be printed or written into the report: refuse it."""
+    """A path whose bytes are not UTF-8, or that holds a control character (a newline: it
+    would split every line that names the folder), cannot be printed or written into the
+    report: refuse it."""
     text = os.fspath(path)
     if any("\udc80" <= c <= "\udcff" for c in text):
         raise UsageError(f"{arg}: the name {ascii(text)} holds bytes that are not UTF-8; "
                          f"please use a UTF-8 name")
+    bad = next((c for c in text if c < " " or "\x7f" <= c <= "\x9f"), None)
+    if bad is not None:
+        what = _CONTROL_NAMES.get(bad, f"the control character {bad!r}")
+        raise UsageError(f"{arg}: the name {text!r} holds {what}; please use a name without "
+                         f"control characters")
     return text
 
 
