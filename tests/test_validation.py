@@ -510,6 +510,30 @@ def test_smallest_accepted_values():
                                                  input_scales=(0.0,)))
 
 
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_a_transformer_backward_without_dy_names_dy(kind):
+    """dY None read as "no dY given" and reached None.reshape: AttributeError (#39)."""
+    from harness.kernels import transformer as tr
+    X = np.random.default_rng(0).normal(size=(3, 2))
+    p = _tr_params(kind, 2)
+    with pytest.raises(TypeError) as e:
+        if kind == "encoder":
+            tr.encoder_layer_backward(X, p, 2, None)
+        else:
+            tr.decoder_layer_backward(X, X, p, 2, None)
+    assert str(e.value) == ("dY must be the gradient of the loss with respect to Y, an array "
+                            "like X, got None.")
+
+
+def test_required_returns_what_it_is_given_and_names_none():
+    from harness.infra import validate
+    x = np.ones(2)
+    assert validate.required("x", x, "an array") is x
+    assert validate.required("n", 0, "a number") == 0            # only None is refused
+    with pytest.raises(TypeError, match=r"^h must be an array \(T, d\), got None\.$"):
+        validate.required("h", None, "an array (T, d)")
+
+
 # ------------------------------------------------------ zero-stride (broadcast) inputs
 
 def _tr_params(kind, d, d_ff=4):

@@ -165,6 +165,14 @@ def check_shape(name, x, expected):
         raise ValueError(f"{name} must have shape {tuple(expected)}, got {tuple(x.shape)}.")
 
 
+def required(name, x, expected):
+    """``x``, or a TypeError naming ``name`` and ``expected`` when it is None: for an input a
+    function cannot do without, where None would otherwise read as "not given"."""
+    if x is None:
+        raise TypeError(f"{name} must be {expected}, got None.")
+    return x
+
+
 def check_choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)!r}, got {value!r}.")

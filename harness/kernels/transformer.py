@@ -1135,6 +1135,7 @@ def encoder_layer_backward(X, params, heads, dY, norm_first=False, activation="r
     """The gradients of encoder_layer given dY (like X): a dict with params' keys (each like
     its parameter) and "X". Starts from the last forward's tape when X and params are the
     ones it saw, element for element, with the same options; recomputes the forward otherwise."""
+    v.required("dY", dY, "the gradient of the loss with respect to Y, an array like X")
     return _backward("encoder", X, None, params, heads, dY, norm_first, activation, causal, tiled)
 
 
@@ -1153,4 +1154,5 @@ def decoder_layer(X, memory, params, heads, norm_first=False, activation="relu",
 def decoder_layer_backward(X, memory, params, heads, dY, norm_first=False, activation="relu",
                            causal=True, tiled=None):
     """The gradients of decoder_layer given dY: params' keys, "X" and "memory"."""
+    v.required("dY", dY, "the gradient of the loss with respect to Y, an array like X")
     return _backward("decoder", X, memory, params, heads, dY, norm_first, activation, causal, tiled)
