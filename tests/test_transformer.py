@@ -6,13 +6,15 @@ Tolerances (stated once), relative to the largest entry of each array (naive.rel
 float64 against torch and against the twins, 1e-11 (measured: 1.5e-15 and 1.8e-15); float32
 against the float64 twins, 1e-5 for outputs and 1e-4 for gradients (measured: 1.7e-7 and
 8.3e-7); tiled against stored, 1e-12 in float64 and 1e-5 in float32 (measured: 2.5e-15 and
-7.8e-7); central differences in float64, 1e-6 (measured: 4.1e-9). GELU and its derivative
-against scipy's erf, 1e-15 (measured: 4.6e-16).
+7.8e-7); central differences in float64, 1e-6 (measured: 4.1e-9), and the same at X x 1e4 ...
+1e150 (measured: 1.2e-9), where float32 is held to float64's dX within 1e-4 (measured:
+3.4e-7) or names X. GELU and its derivative against scipy's erf, 1e-15 (measured: 4.6e-16).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -223,6 +225,116 @@ def test_short_sequences_store_the_weights():
     tr.decoder_layer(X, memory, params, H)
     tape = workspace.kept("transformer.decoder")[2]
     assert "0.weights" in tape and "1.weights" in tape
+
+
+# ------------------------------------------------------------------- large inputs
+# X x s saturates the self-attention's softmax (scores ~ s^2): one weight per row near 1, and
+# dE = scale A (dA - D) is a difference of two near-equal numbers. Computed as it reads, dX
+# (post-norm, float64) was 7.6e-9 off at s = 1e4, 0.16 at 1e8 and 3.6e284 at 1e150, and in
+# float32 at 1e8 max |dX| was 55 where the truth is 4.7e-8 (make's encoder, 3 heads). Here
+# heads of d_k = 6 (scale = 1 / sqrt 6, not a power of 2, which hid a rounding of the tiled
+# path's log-sum-exp) and tiles and blocks smaller than T: a row's largest weight then meets
+# its backward in a tile other than the first.
+
+LARGE = (1e4, 1e8, 1e16, 1e50, 1e150)
+H_LARGE = 2                                      # d_k = 6
+
+
+def along(kind, X, memory, params, V, **kw):
+    """<Y(X), V> (float64) by the public forward."""
+    if kind == "encoder":
+        Y = tr.encoder_layer(X, params, H_LARGE, **kw)
+    else:
+        Y = tr.decoder_layer(X, memory, params, H_LARGE, **kw)
+    return float(np.sum(Y.astype(np.float64) * V))
+
+
+def central(f, X, V, s):
+    """d/dh f(X + h V) at 0: central differences with steps relative to s (1e-5 s and twice
+    that), Richardson-extrapolated. At s = 1e150, a step of 1e-6 would be lost in X."""
+    h = 1e-5 * s
+    d1 = (f(X + h * V) - f(X - h * V)) / (2 * h)
+    d2 = (f(X + 2 * h * V) - f(X - 2 * h * V)) / (4 * h)
+    return (4 * d1 - d2) / 3
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradients_at_large_inputs_match_central_differences(monkeypatch, kind, norm_first,
+                                                             tiled):
+    monkeypatch.setattr(tr, "TILE_Q", 3)
+    monkeypatch.setattr(tr, "TILE_K", 4)
+    monkeypatch.setattr(tr, "CAUSAL_ROWS", 3)
+    params, X0, memory, dY = make(kind, 20, t=11, s=9)
+    V = np.random.default_rng(21).normal(size=X0.shape)
+    kw = dict(norm_first=norm_first, tiled=tiled)
+    backward_ = (tr.encoder_layer_backward if kind == "encoder" else
+                 lambda X, p, h, dY, **kw: tr.decoder_layer_backward(X, memory, p, h, dY, **kw))
+    for s in LARGE:
+        X = X0 * s
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")               # none expected: the digits survive
+            dX = backward_(X, params, H_LARGE, dY, **kw)["X"]
+        want = central(lambda X_: along(kind, X_, memory, params, dY, **kw), X, V, s)
+        err = abs(float(np.sum(dX * V)) - want) / abs(want)
+        assert err <= FD_TOL, f"X x {s:.0e}: <dX, V> relative error {err:.1e} > {FD_TOL:.0e}"
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_float32_gradients_at_large_inputs_or_an_error_naming_x(monkeypatch, kind, norm_first,
+                                                                tiled):
+    # against float64's (checked above); where X x s or the layer is beyond float32, an error
+    # that names X
+    monkeypatch.setattr(tr, "TILE_Q", 3)
+    monkeypatch.setattr(tr, "TILE_K", 4)
+    monkeypatch.setattr(tr, "CAUSAL_ROWS", 3)
+    params, X0, memory, dY = make(kind, 22, t=11, s=9)
+    p32 = {k: v.astype(np.float32) for k, v in params.items()}
+    m32 = None if memory is None else memory.astype(np.float32)
+    kw = dict(norm_first=norm_first, tiled=tiled)
+
+    def backward_(X, p, dY, m):
+        if kind == "encoder":
+            return tr.encoder_layer_backward(X, p, H_LARGE, dY, **kw)["X"]
+        return tr.decoder_layer_backward(X, m, p, H_LARGE, dY, **kw)["X"]
+
+    for s in LARGE:
+        with np.errstate(over="ignore"):
+            X32 = (X0 * s).astype(np.float32)             # inf past 3.4e38: X names itself
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            if s > 1e19:                                  # the scores ~ s^2 past float32
+                with pytest.raises((ValueError, FloatingPointError), match=r"\bX\b"):
+                    backward_(X32, p32, dY.astype(np.float32), m32)
+                continue
+            got = backward_(X32, p32, dY.astype(np.float32), m32)
+        want = backward_(X32.astype(np.float64), params, dY, memory)
+        agree(f"dX at X x {s:.0e}", got, want, 1e-4)
+
+
+def test_a_backward_whose_recomputed_weights_are_not_the_forwards_names_x():
+    # the tiled backward recomputes the weights from the forward's shift and log-sum; should
+    # they ever differ (scores rounded otherwise), it says so instead of returning them
+    params, X, _, dY = make("encoder", 23)
+    tr.encoder_layer(X, params, H, tiled=True)
+    workspace.kept("transformer.encoder")[2]["0.lse"][1] += 1.0      # log l: weights / e
+    with pytest.raises(FloatingPointError, match=r"X is too large for the tiled attention's "
+                                                 r"backward: .* digits lost; scale X down or "
+                                                 r"pass tiled=False"):
+        tr.encoder_layer_backward(X, params, H, dY, tiled=True)
+
+
+def test_layer_norm_of_rows_past_float64s_squares():
+    # pre-norm at X x 1e300: the norm's sum of squares overflows float64 (it did, and the
+    # normed rows came out as beta); scaled first, every gradient is X x 1e100's
+    params, X, _, dY = make("encoder", 24)
+    small = tr.encoder_layer_backward(X * 1e100, params, H, dY, norm_first=True)
+    large = tr.encoder_layer_backward(X * 1e300, params, H, dY, norm_first=True)
+    for k in small:
+        agree(k, large[k], small[k], TOL64)
 
 
 # ------------------------------------------------------------------- the tape
@@ -499,12 +611,12 @@ def test_attention_kernels_with_a_loose_shift(dtype, causal, far):
     size = sum((min(i + rows, t) - i) * min(i + rows, t) for i in range(0, t, rows)) if causal else t * t
     tr._attend_forward(Q, K, V, scale, causal, rows, np.empty((G, size), dtype), np.empty((G, t)), O)
     agree("O stored", O, want_O, tol)
-    L = np.empty((G, t))
+    L = np.empty((2, G, t))                     # the shift m and log l: L = scale m + log l
     tq, tk = 3, 4
     tr._attend_forward_tiled(Q, K, V, scale, causal, tq, tk, O, L,
                              np.empty(tq * tk + 2 * tq * d_k, dtype), np.empty(3 * tq))
     agree("O tiled", O, want_O, tol)
-    agree("L tiled", L, want_L, tol)
+    agree("L tiled", scale * L[0] + L[1], want_L, tol)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -524,7 +636,7 @@ def test_attention_kernels_keep_huge_scores_finite(dtype, causal):
     size = sum((min(i + rows, t) - i) * min(i + rows, t) for i in range(0, t, rows)) if causal else t * t
     tr._attend_forward(Q, K, V, 0.5, causal, rows, np.empty((G, size), dtype), np.empty((G, t)), O)
     outs = [O.copy()]
-    tr._attend_forward_tiled(Q, K, V, 0.5, causal, tq, tk, O, np.empty((G, t)),
+    tr._attend_forward_tiled(Q, K, V, 0.5, causal, tq, tk, O, np.empty((2, G, t)),
                              np.empty(tq * tk + 2 * tq * d_k, dtype), np.empty(3 * tq))
     outs.append(O)
     for out in outs:
