@@ -127,3 +127,17 @@ def _close(a, b, dtype):
     assert a.shape == b.shape
     np.testing.assert_allclose(a, b, rtol=0, atol=(2e-4 if dtype == "float32" else 1e-10)
                                * max(1.0, np.abs(b).max()))
+
+
+# ---------------------------------------------------------------- the documentation's tables
+
+def docs_table(name):
+    """The documentation's generated table ``name``, as the site includes it
+    (docs/_ext/harness_docs.py renders it from its committed CSV)."""
+    import sys
+    from pathlib import Path
+    ext = str(Path(__file__).resolve().parents[1] / "docs" / "_ext")
+    if ext not in sys.path:
+        sys.path.insert(0, ext)
+    import harness_docs
+    return harness_docs.render(name)

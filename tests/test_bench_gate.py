@@ -18,6 +18,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import bench_gate  # noqa: E402
+from _helpers import docs_table as _docs_table  # noqa: E402
 
 
 def _git(cwd, *args):
@@ -359,8 +360,8 @@ def test_rescoring_judges_a_stored_confirmation_again():
     assert rates._reconfirmed({"confirmation": q}, "slower", 1, 0.03) == ""
 
 
-def test_the_readme_gives_the_measured_error_rates():
-    """The README's table is the summary of the measurements kept in benchmarks/gate_rates.csv
+def test_the_docs_gives_the_measured_error_rates():
+    """The docs' table is the summary of the measurements kept in benchmarks/gate_rates.csv
     (written by tools/bench_gate_rates.py)."""
     import csv
 
@@ -368,7 +369,7 @@ def test_the_readme_gives_the_measured_error_rates():
     with open(ROOT / "benchmarks" / "gate_rates.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert rows
-    assert bench_gate_rates.summary(rows) in (ROOT / "README.md").read_text()
+    assert bench_gate_rates.summary(rows) in _docs_table("gate_rates")
 
 
 def test_a_run_wants_two_processes_a_tree_before_starting_any():
@@ -419,7 +420,7 @@ def test_the_share_interval_is_clopper_pearsons():
         bench_gate_rates.bounds(3, 2)
 
 
-def test_the_readme_holds_the_gate_against_its_targets():
+def test_the_docs_holds_the_gate_against_its_targets():
     import csv
 
     import bench_gate_rates
@@ -427,7 +428,7 @@ def test_the_readme_holds_the_gate_against_its_targets():
         rows = list(csv.DictReader(f))
     lines = bench_gate_rates.against_targets(rows)
     assert lines.count("\n") >= 1                     # idle and loaded, both measured
-    assert lines in (ROOT / "README.md").read_text()
+    assert lines in _docs_table("gate_rates")
 
 
 def test_the_stored_rows_follow_from_the_stored_samples_under_the_gates_rule():

@@ -467,11 +467,25 @@ def test_saturation_gradient_rule():
     assert _v(claims.saturation_gradient, **f(-1.88, s512=-0.6)) == FAILS
 
 
-def test_readme_block_carries_the_quote_column():
-    t = pd.DataFrame([dict(claim="c", quote="las palabras", lesson="l", measured="m", value=1.0,
-                           low=math.nan, high=math.nan, verdict=HOLDS)])
+def test_the_docs_table_groups_the_claims_by_lesson_with_their_counts():
+    def row(lesson, verdict, quote="las palabras", claim="c"):
+        return dict(claim=claim, quote=quote, lesson=lesson, measured="m | n", value=1.0,
+                    low=math.nan, high=math.nan, verdict=verdict)
+    t = pd.DataFrame([row("self-attention", HOLDS), row("additive attention", FAILS, quote=None),
+                      row("self-attention", QUALIFIED),
+                      row("goodbye to recurrence, asked of today's models", HOLDS, claim="d"),
+                      row("self-attention", HOLDS)])
+    got = claims.grouped(t)
+    assert [g for g, _, _ in got] == ["additive attention", "self-attention", "today's models"]
+    assert got[1][1] == {HOLDS: 2, QUALIFIED: 1} and list(got[1][2].index) == [0, 2, 4]
     md = claims.markdown(t)
-    assert "| c (l) | «las palabras» | **holds** | m |" in md
+    assert "## Self-attention\n\n3 claims: 2 hold, 1 holds with a qualification.\n" in md
+    assert "## Additive attention\n\n1 claim: 1 does not hold.\n" in md
+    assert "| c | «las palabras» | **holds** | m \\| n |" in md          # a | in a cell escaped
+    assert "| c |  | **does not hold** |" in md                           # no quote: no «»
+    assert "| d (goodbye to recurrence, asked of today's models) |" in md
+    with pytest.raises(ValueError, match="lesson: expected one starting with"):
+        claims.group("bahdanau")
 
 
 # ----------------------------------------------------------------------------- linear attention

@@ -1021,3 +1021,51 @@ def test_a_curves_label_is_its_familys_title_and_each_configuration_key_it_has()
                       "gate_bias": [np.nan, 1.0, 2.0]})
     assert figures._CURVE_KEYS == ("rho", "gate_bias")
     assert figures._series(d) == ["RNN ρ=0.9", "LSTM gate_bias=1", "mystery ρ=1.5 gate_bias=2"]
+
+
+# ----------------------------------------------------------------------------- coincident lines
+
+def _three_lines(dy=0.0):
+    T = np.array([1.0, 10.0, 100.0])
+    return pd.DataFrame({"T": np.tile(T, 3), "macs": np.r_[T, T * (1 + dy), 3 * T],
+                         "model": np.repeat(["a", "b", "c"], 3)})
+
+
+def test_a_line_under_another_is_drawn_apart_and_named():
+    g = sns_relplot(_three_lines())
+    assert figures.hidden(g.figure) == [["a", "b"]]
+    assert figures.reveal(g.figure) == [["a", "b"]]
+    assert figures.hidden(g.figure) == []
+    a, b, c = g.ax.get_lines()[:3]
+    assert b.get_markerfacecolor() == "none" and b.get_markersize() > a.get_markersize()
+    assert b.get_linestyle() != a.get_linestyle() and c.get_linestyle() == a.get_linestyle()
+    assert any(t.get_text().endswith("\na = b") for t in g.ax.texts)
+
+
+def test_lines_apart_by_more_than_the_tolerance_are_left_alone():
+    g = sns_relplot(_three_lines(dy=2.5 * figures.COINCIDE))
+    assert figures.coincident(g.ax) == [] and figures.reveal(g.figure) == []
+    g = sns_relplot(_three_lines(dy=0.5 * figures.COINCIDE))
+    assert [len(grp) for grp in figures.coincident(g.ax)] == [2]
+
+
+def sns_relplot(frame):
+    import seaborn as sns
+    return sns.relplot(data=frame, x="T", y="macs", hue="model", kind="line", marker="o")
+
+
+def test_no_family_is_hidden_in_the_work_figure_of_the_committed_report():
+    """The work figure of docs/figures' quick report, where the traced counts of several
+    families coincide (the RNN's and linear attention's, attention's and its parallel forms,
+    the LRU's loop and scan): every one of them is drawn apart once encoded."""
+    from pathlib import Path
+    fig_dir = Path(__file__).resolve().parents[1] / "docs" / "figures"
+    depth = pd.read_csv(fig_dir / "depth.csv")
+    frames = {"work": depth[["model", "T", "d", "macs", "flops"]],
+              "crossover": pd.read_csv(fig_dir / "crossover.csv")}
+    fig = figures.figure_work(frames)
+    before = figures.hidden(fig)
+    assert before                                    # the committed counts do coincide
+    figures.reveal(fig)
+    assert figures.hidden(fig) == []
+    assert figures.encode(figures.figure_work(frames))["png"][:4] == b"\x89PNG"

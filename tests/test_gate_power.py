@@ -14,6 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import bench_gate  # noqa: E402
 import gate_power  # noqa: E402
+from _helpers import docs_table as _docs_table  # noqa: E402
 
 
 def test_scatter_is_the_log_medians_about_their_mean_with_the_degrees_of_freedom():
@@ -79,9 +80,9 @@ def test_bad_deviations_are_refused_by_name():
         gate_power.detection(0.1, [0.0])
 
 
-def test_the_readme_gives_the_power_table_of_the_stored_runs():
+def test_the_docs_gives_the_power_table_of_the_stored_runs():
     reports = gate_power.load(ROOT / "benchmarks" / "gate_rates.jsonl")
-    assert gate_power.table(reports) in (ROOT / "README.md").read_text()
+    assert gate_power.table(reports) in _docs_table("gate_power")
 
 
 def test_pooling_keeps_the_gates_own_design_and_the_injected_point():
@@ -118,7 +119,7 @@ def test_the_table_sets_the_scatter_measured_with_more_processes_beside_the_pred
 
 
 def test_the_readmes_reading_of_the_eight_process_runs_holds():
-    """The README: with 8 processes a process's median scattered more than with 4 (idle), and
+    """The docs' reading: with 8 processes a process's median scattered more than with 4 (idle), and
     the 8-process runs caught 10 % slowdowns less often than predicted from the 4-process
     scatter."""
     import csv
@@ -130,5 +131,3 @@ def test_the_readmes_reading_of_the_eight_process_runs_holds():
         rows = [r for r in csv.DictReader(f) if r["processes"] == "8" and r["label"] == "slow10"]
     measured = sum(r["verdict"] == "slower" for r in rows) / len(rows)
     assert measured < gate_power.detection(0.10, four, 8)
-    text = (ROOT / "README.md").read_text()
-    assert "each process's\nmedian scattered more than with 4" in text

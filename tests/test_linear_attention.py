@@ -464,10 +464,10 @@ def test_the_chunked_form_counts_its_chunk_buffers_and_refuses_by_name(which, mo
 
 
 def test_a_denominator_that_underflows_is_a_floating_point_error():
-    """q_t = W_q x_t far below 0: phi(q_t) = exp(q_t) is 0, so is z_t . phi(q_t)."""
+    """k_t = W_k x_t far below 0: phi(k_t) = exp(k_t) is 0, so are z_t and z_t . phi(q_t)."""
     X, Wq, Wk, Wv, dY, _ = make(12)
     X = np.abs(X)
-    Wq = -1e3 * np.ones_like(Wq)
+    Wk = -1e3 * np.ones_like(Wk)
     for method in la.METHODS:
         raises(FloatingPointError, la.forward, dict(X=X, Wq=Wq, Wk=Wk, Wv=Wv, method=method),
                "output Y", "not finite", "denominator", "normalize=False")
@@ -475,3 +475,53 @@ def test_a_denominator_that_underflows_is_a_floating_point_error():
                "gradient", "not finite")
         Y = la.forward(X, Wq, Wk, Wv, normalize=False, method=method)
         assert np.isfinite(Y).all() and np.abs(Y).max() == 0.0
+
+
+def _far_below_zero(level, seed=18):
+    """(X, Wq, Wk, Wv, dY, w_a), exact in float32: q_t = W_q x_t about ``level`` (+- 4), k_t and
+    v_t of both signs; a column of ones in X carries the level."""
+    rng = np.random.default_rng(seed)
+    B, t, d_model, d_k, d_v = NB, T, D_MODEL, D_K, D_V
+    one = np.ones((B, t, 1))
+    X = np.concatenate([rng.normal(size=(B, t, d_model)), one], -1)
+    Wq = np.concatenate([rng.normal(size=(d_k, d_model)), np.full((d_k, 1), level)], 1)
+    Wk, Wv = (np.concatenate([rng.normal(size=(n, d_model)), np.zeros((n, 1))], 1) for n in (d_k, d_v))
+    dY = rng.normal(size=(B, t, d_v))
+    w_a = np.append(0.5 * rng.normal(size=d_model), 0.0)
+    return [a.astype(np.float32).astype(np.float64) for a in (X, Wq, Wk, Wv, dY, w_a)]
+
+
+@pytest.mark.parametrize("level", [-88.0, -95.0, -103.0])
+@pytest.mark.parametrize("decay", [None, "selective"])
+def test_float32_keeps_its_digits_where_phi_of_q_is_subnormal(level, decay):
+    """q_t around -88 to -103: exp(q_t) is subnormal in float32 (below 1.2e-38), and Y was 23-77 %
+    off with no warning (the gradients not finite). With normalize=True y_t does not change when
+    phi(q_t) is scaled, so each row of phi(q) is divided by its largest entry (which is 1 then).
+    Against float64 on the same inputs, Y and every gradient within 8 eps max|q_t| (float32's
+    own rounding of q_t, which moves phi(q_t) by that much relative): 5e-5 at -103 (measured:
+    2.1e-5, dX; Y 1.2e-6)."""
+    X, Wq, Wk, Wv, dY, w_a = _far_below_zero(level)
+    kw = dict(w_a=w_a, b_a=-0.5) if decay else {}
+    kw32 = dict(w_a=w_a.astype(np.float32), b_a=-0.5) if decay else {}
+    Y_ref = la.forward(X, Wq, Wk, Wv, decay, **kw)
+    g_ref = la.backward(X, Wq, Wk, Wv, dY, decay, **kw)
+    q = np.einsum("btm,km->btk", X, Wq)
+    assert q.max() < -80.0
+    tol = 8 * np.finfo(np.float32).eps * np.abs(q).max()
+    a32 = [a.astype(np.float32) for a in (X, Wq, Wk, Wv, dY)]
+    for method in la.METHODS:
+        Y = la.forward(*a32[:4], decay, method=method, chunk=CHUNK, **kw32)
+        assert rel(Y, Y_ref) <= tol, (method, rel(Y, Y_ref))
+        g = la.backward(*a32, decay, method=method, chunk=CHUNK, **kw32)
+        check_grads(g, g_ref, np.float32, tol, method)
+
+
+def test_a_row_of_q_far_below_zero_is_its_direction():
+    """q_t = W_q x_t = -1e3 * (sum of x_t) in every entry: phi(q_t) = exp(q_t) is 0 in float64
+    too, yet y_t, unchanged by phi(q_t)'s scale, is what phi(q_t) = (1, ..., 1) gives (Wq = 0),
+    in every method."""
+    X, Wq, Wk, Wv, dY, _ = make(12)
+    X = np.abs(X)
+    for method in la.METHODS:
+        Y = la.forward(X, -1e3 * np.ones_like(Wq), Wk, Wv, method=method)
+        assert rel(Y, la.forward(X, np.zeros_like(Wq), Wk, Wv, method=method)) <= 1e-14, method

@@ -280,9 +280,9 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     assert "history" not in by_key                       # no asv results: no section
     for frames, figs in by_key.values():
         assert all(callable(fn) and fn.__name__.startswith("figure_") for _, fn in figs)
-    # the figures `make readme-figures` copies out of a report are among those it draws
+    # the figures `make docs-figures` copies out of a report are among those it draws
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
-    wanted = re.search(r"^README_FIGURES := (.+)$", makefile, re.M).group(1).split()
+    wanted = re.search(r"^DOCS_FIGURES := (.+)$", makefile, re.M).group(1).split()
     stems = {stem for _, figs in by_key.values() for stem, _ in figs}
     assert set(wanted) <= stems, (wanted, stems)
     assert {"decay", "clipping", "depth", "schedule", "work", "wall_times"} <= stems

@@ -40,13 +40,13 @@ def test_table1_formats_counts_with_separators():
         assert f"<td>{cell}</td>" in html
     heads = re.findall(r"<th>(.*?)</th>", html)
     assert heads == ["model", "T", "d", "macs", "flops", "span", "max_path", "parallelism"]
-    claims = report_html.claims_table_html(pd.DataFrame({"claim": ["a < b"], "lesson": ["l"],
+    claims = report_html.claims_table_html(pd.DataFrame({"claim": ["a < b"], "lesson": ["self-attention"],
                                                          "measured": ["m"], "verdict": ["holds"],
                                                          "value": [1.0]}))
     assert re.findall(r"<th>(.*?)</th>", claims) == ["claim", "lesson", "verdict", "measured"]
     assert "<td>a &lt; b</td>" in claims
     # the lesson's own words, when the table has them, beside the claim
-    quoted = report_html.claims_table_html(pd.DataFrame({"lesson": ["l"], "quote": ["«x»"],
+    quoted = report_html.claims_table_html(pd.DataFrame({"lesson": ["self-attention"], "quote": ["«x»"],
                                                          "claim": ["c"], "verdict": ["holds"]}))
     assert re.findall(r"<th>(.*?)</th>", quoted) == ["claim", "quote", "lesson", "verdict"]
     assert "<td>«x»</td>" in quoted
@@ -61,7 +61,7 @@ def test_render_html_frames_the_page_and_counts_broken_images():
             "page. Each figure links its data (CSV) and an SVG version; "
             '<a href="data.md">data.md</a> describes every column, with its unit.</p>') in page
     assert '<p><small>data: <a href="a.csv">a.csv</a> · figures: <a href="f.svg">f.svg</a></small></p>' in page
-    assert "\n</section>\n<h2>Machine, versions and command</h2><table class=meta>\n" in page
+    assert '\n</section>\n<h2 id="machine">Machine, versions and command</h2><table class=meta>\n' in page
     assert ("<script>window.addEventListener('load',function(){var n=0;"
             "for(var i of document.images){if(!i.complete||i.naturalWidth===0)n++;}"
             "document.body.setAttribute('data-broken-images',String(n));});</script>") in page
@@ -71,8 +71,8 @@ def test_render_html_frames_the_page_and_counts_broken_images():
 
 def test_report_tables_carry_their_css_classes_and_no_index():
     from harness.report import html as report_html
-    claims = report_html.claims_table_html(pd.DataFrame({"claim": ["c"], "lesson": ["l"],
-                                                         "verdict": ["v"], "measured": ["m"]}))
+    claims = report_html.claims_table_html(pd.DataFrame({"claim": ["c"], "lesson": ["self-attention"],
+                                                         "verdict": ["holds"], "measured": ["m"]}))
     assert '<table border="1" class="dataframe table claims">' in claims
     assert re.findall(r"<th>(.*?)</th>", claims) == ["claim", "lesson", "verdict", "measured"]
     dt = pd.DataFrame([dict(model="m", T=1, d=2, macs=3, flops=6, span=4, max_path=5,
@@ -109,3 +109,35 @@ def test_text_columns_read_left_and_the_depth_tables_numbers_right():
     css = html._CSS.replace("\n", "")
     assert "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}" in css
     assert ".depth td{text-align:right}.depth td:first-child{text-align:left}" in css
+
+
+def test_the_page_opens_with_a_table_of_contents_linking_every_section():
+    secs = [html.Section("a", "First & one", {}, "x"), html.Section("b", "Second", {}, "y")]
+    page = html.render_html(secs, {}, "cmd")
+    toc = page.split('<nav class="toc">', 1)[1].split("</nav>", 1)[0]
+    assert re.findall(r'<a href="#([^"]+)">(.*?)</a>', toc) == [
+        ("a", "First &amp; one"), ("b", "Second"), ("machine", "Machine, versions and command")]
+    assert page.index('<nav class="toc">') < page.index('<section id="a">')
+    assert '<h2 id="machine">' in page
+
+
+def test_the_claims_are_grouped_by_lesson_with_their_verdict_counts_above_them():
+    t = pd.DataFrame({"claim": ["s1", "a1", "s2", "t1"], "verdict": ["holds", "does not hold",
+                                                                    "holds", "holds"],
+                      "lesson": ["self-attention", "additive attention", "self-attention",
+                                 "goodbye to recurrence, asked of today's models"]})
+    page = html.claims_table_html(t)
+    heads = re.findall(r'<h3 id="claims-([a-z-]+)">(.*?)</h3><p class="counts">(.*?)</p>', page)
+    assert heads == [("additive-attention", "Additive attention", "1 claim: 1 does not hold."),
+                     ("self-attention", "Self-attention", "2 claims: 2 hold."),
+                     ("today-s-models", "Today&#x27;s models", "1 claim: 1 holds.")]
+    tables = page.split("<h3")[1:]
+    assert "<td>s1</td>" in tables[1] and "<td>s2</td>" in tables[1] and "s1" not in tables[0]
+
+
+def test_the_depth_table_is_collapsed_behind_its_row_count():
+    dt = pd.DataFrame([dict(model="m", T=T, d=2, macs=3, flops=6, span=4, max_path=5,
+                            parallelism=1.5) for T in (1, 2, 3)])
+    got = html.TABLES["depth"]({"depth": dt})
+    assert got.startswith("<details><summary>the table: 3 rows (depth.csv)</summary><table")
+    assert got.endswith("</table></details>") and html.depth_table_html(dt) in got

@@ -23,9 +23,96 @@ from harness.analysis import lessons  # noqa: E402
 from harness.report import numbers  # noqa: E402
 
 
+def _data(line):
+    x, y = (np.asarray(v, dtype=float) for v in line.get_data())
+    return x, y
+
+
+COINCIDE = 0.02         # lines whose points agree to 2 % lie on one another at a figure's size
+
+
+def coincident(ax):
+    """Groups (lists of two or more) of the lines of ``ax`` that draw the same points: the
+    same x, and y within ``COINCIDE`` of each other, so that a line drawn later would hide
+    the others."""
+    lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1]
+    groups, seen = [], set()
+    for i, a in enumerate(lines):
+        if i in seen:
+            continue
+        xa, ya = _data(a)
+        group = [a]
+        for j in range(i + 1, len(lines)):
+            xb, yb = _data(lines[j])
+            if j not in seen and xa.shape == xb.shape and np.allclose(xa, xb, rtol=1e-9) \
+                    and np.allclose(ya, yb, rtol=COINCIDE, atol=0, equal_nan=True):
+                group.append(lines[j])
+                seen.add(j)
+        if len(group) > 1:
+            groups.append(group)
+    return groups
+
+
+def _label(fig, line):
+    """The legend entry of ``line``: the entry drawn in its colour (and marker, where two
+    entries share a colour); its own label when no legend names it."""
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]:
+        if legend is None:
+            continue
+        for handle, text in zip(legend.legend_handles, legend.get_texts()):
+            same = (matplotlib.colors.same_color(handle.get_color(), line.get_color())
+                    if hasattr(handle, "get_color") else False)
+            if same and (not hasattr(handle, "get_marker")
+                         or handle.get_marker() in (line.get_marker(), "None", None, "")):
+                return text.get_text()
+    return line.get_label()
+
+
+_APART = ((6, (0, (4, 2))), (4, (0, (1, 2))), (8, (0, (6, 2, 1, 2))))   # marker size, dashes
+
+
+def reveal(fig):
+    """Draw apart every line that another hides: within each group of ``coincident`` lines,
+    the second and later get hollow, larger markers and their own dashes, and the panel says
+    which lines coincide. Returns the groups' labels."""
+    said = []
+    for ax in fig.axes:
+        notes = []
+        for group in coincident(ax):
+            for k, line in enumerate(group[1:]):
+                size, dashes = _APART[k % len(_APART)]
+                line.set_markersize(line.get_markersize() + size)
+                line.set_markerfacecolor("none")
+                line.set_linestyle(dashes)
+            labels = [_label(fig, ln) for ln in group]
+            said.append(labels)
+            notes.append(" = ".join(labels))
+        if notes:
+            ax.text(0.99, 0.01, f"lines that coincide (within {COINCIDE:.0%}):\n"
+                    + "\n".join(notes), transform=ax.transAxes, ha="right", va="bottom",
+                    fontsize=7, color="0.3")
+    return said
+
+
+def hidden(fig):
+    """The groups of coincident lines a reader cannot tell apart: drawn in one style (marker
+    size, fill and dashes), or not named in their panel's note. None after ``reveal``."""
+    out = []
+    for ax in fig.axes:
+        note = "\n".join(t.get_text() for t in ax.texts if t.get_text().startswith("lines that"))
+        for group in coincident(ax):
+            labels = [_label(fig, ln) for ln in group]
+            styles = {(ln.get_markersize(), str(ln.get_markerfacecolor()),
+                       str(ln.get_linestyle())) for ln in group}
+            if len(styles) < len(group) or " = ".join(labels) not in note:
+                out.append(labels)
+    return out
+
+
 def encode(fig):
     """{suffix: bytes} of ``fig`` as PNG (110 dpi) and SVG, everything drawn outside its edges
-    included; the figure is closed."""
+    included, every line another would hide drawn apart (``reveal``); the figure is closed."""
+    reveal(fig)
     out = {}
     for suffix, kw in (("png", {"dpi": 110}), ("svg", {})):
         buf = io.BytesIO()

@@ -31,8 +31,23 @@ def powers(escaped):
 
 
 def claims_table_html(table):
-    view = table[[c for c in ("claim", "quote", "lesson", "verdict", "measured") if c in table]]
-    return powers(view.to_html(index=False, escape=True, classes="table claims"))
+    """The claims grouped by lesson (``claims.grouped``), each group's verdict counts above
+    its rows."""
+    from harness.analysis import claims
+    parts = []
+    for group, counts, rows in claims.grouped(table):
+        view = rows[[c for c in ("claim", "quote", "lesson", "verdict", "measured") if c in rows]]
+        n = f"{len(rows)} claim{'' if len(rows) == 1 else 's'}"
+        parts.append(f'<h3 id="claims-{html.escape(re.sub(r"[^a-z]+", "-", group))}">'
+                     f"{html.escape(group[0].upper() + group[1:])}</h3>"
+                     f'<p class="counts">{n}: {html.escape(claims.counts_line(counts))}.</p>'
+                     + powers(view.to_html(index=False, escape=True, classes="table claims")))
+    return "\n".join(parts)
+
+
+def collapsed(title, table_html):
+    """A long table behind a line the reader opens, not inline."""
+    return f"<details><summary>{html.escape(title)}</summary>{table_html}</details>"
 
 
 def depth_table_html(dt):
@@ -50,7 +65,8 @@ def boxes_table_html(t):
 
 
 # section key -> the table it shows under its caption, from its frames as read back
-TABLES = {"depth": lambda f: depth_table_html(f["depth"]),
+TABLES = {"depth": lambda f: collapsed(f"the table: {len(f['depth'])} rows (depth.csv)",
+                                       depth_table_html(f["depth"])),
           "transformer": lambda f: boxes_table_html(f["figure1_boxes"])}
 
 
@@ -63,6 +79,8 @@ figcaption{font-size:.95em;color:#333;margin-top:.4em}
 table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px;
 text-align:left}.depth td{text-align:right}.depth td:first-child{text-align:left}
 code{background:#f4f4f4;padding:1px 3px}
+nav.toc{background:#fafafa;border:1px solid #eee;padding:.5em 1em}nav.toc ol{margin:.3em 0}
+details summary{cursor:pointer;color:#245}h3{font-size:1.05em;margin-top:1.4em}
 """
 
 
@@ -75,6 +93,9 @@ def render_html(sections, meta, command):
              "<p>Every number below was measured on this machine by the command at the end "
              "of the page. Each figure links its data (CSV) and an SVG version; "
              '<a href="data.md">data.md</a> describes every column, with its unit.</p>']
+    parts.append('<nav class="toc"><strong>Contents</strong><ol>'
+                 + "".join(f'<li><a href="#{esc(s.key)}">{esc(s.title)}</a></li>' for s in sections)
+                 + '<li><a href="#machine">Machine, versions and command</a></li></ol></nav>')
     for s in sections:
         parts.append(f'<section id="{esc(s.key)}"><h2>{esc(s.title)}</h2>')
         for stem in s.figures:
@@ -88,7 +109,7 @@ def render_html(sections, meta, command):
         if s.table_html:
             parts.append(s.table_html)
         parts.append("</section>")
-    parts.append("<h2>Machine, versions and command</h2><table class=meta>")
+    parts.append('<h2 id="machine">Machine, versions and command</h2><table class=meta>')
     for k, val in meta.items():
         parts.append(f"<tr><th>{esc(str(k))}</th><td>{esc(str(val))}</td></tr>")
     parts.append(f"<tr><th>command</th><td><code>{esc(command)}</code></td></tr></table>")

@@ -1,0 +1,332 @@
+"""The documentation's tables, generated from the committed CSVs when the site is built.
+
+Every number the site shows comes from here: ``TABLES`` maps a name to a function of the
+repository's root that returns the MyST text of one table (with the sentence on where and
+how it was measured above it, from ``docs/measurements.csv``); the build writes each to
+``docs/_generated/<name>.md``, which the pages include. ``tests/test_docs.py`` checks every
+table against its CSV, recomputing its numbers another way.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+FAMILIES = ("rnn", "attention", "lru", "lstm", "gru", "transformer", "linear_attention")
+
+
+def _pd():
+    import pandas as pd
+    return pd
+
+
+def _tools(root):
+    """tools/ on the path: the gate's own summaries (bench_gate_rates, gate_power)."""
+    path = str(root / "tools")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+# ----------------------------------------------------------------------------- provenance
+
+def provenance(root, csv_path):
+    """The sentence above a table: the machine, the BLAS kernel, the load, the date and the
+    commit it was measured at, from ``docs/measurements.csv``'s row for ``csv_path``."""
+    with open(root / "docs" / "measurements.csv", newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["csv"] == csv_path]
+    if len(rows) != 1:
+        raise ValueError(f"docs/measurements.csv: expected one row for {csv_path!r}, "
+                         f"got {len(rows)}")
+    r = rows[0]
+    note = f" {r['note']}" if r["note"] else ""
+    return (f"*Measured on {r['date']} at commit `{r['commit']}` on {r['machine']}; BLAS kernel: "
+            f"{r['blas']}; load average {r['load']}; command: `{r['command']}`. Data: "
+            f"`{csv_path}`.*{note}")
+
+
+# ----------------------------------------------------------------------------- the claims
+
+def claims(root):
+    """The claims table, grouped by lesson with each group's verdict counts above its rows,
+    from the claims CSV of the last committed quick report."""
+    from harness.analysis import claims as c
+    t = _pd().read_csv(root / "docs" / "figures" / "claims.csv")
+    return provenance(root, "docs/figures/claims.csv") + "\n\n" + c.markdown(t)
+
+
+# ----------------------------------------------------------------------------- tracing cost
+
+def trace_cost(root):
+    """Tracing one form in a fresh process, per T: the trace's own seconds / the process's,
+    and its peak resident memory."""
+    d = _pd().read_csv(root / "docs" / "trace_cost.csv")
+    one = d[d.form != "all"]
+    Ts = sorted(int(T) for T in one["T"].unique())
+    lines = ["| form | " + " | ".join(f"T = {T:,}" for T in Ts) + " |",
+             "|:--|" + ":--|" * len(Ts)]
+    for form, g in one.groupby("form", sort=False):
+        g = g.set_index("T")
+        lines.append(f"| {form} | " + " | ".join(
+            f"{g.trace_s[T]:.1f} s / {g.process_s[T]:.0f} s, {g.peak_mb[T]:.0f} MB" for T in Ts)
+            + " |")
+    whole = d[d.form == "all"].iloc[0]
+    minutes, seconds = divmod(int(round(whole.process_s)), 60)
+    return (provenance(root, "docs/trace_cost.csv") + "\n\n" + "\n".join(lines) + "\n\n"
+            f"The whole command (every form at the {len(Ts)} lengths, then the schedule) took "
+            f"{minutes} min {seconds} s with a peak of {whole.peak_mb:.0f} MB.")
+
+
+# ----------------------------------------------------------------------------- SDPA's neighbour
+
+NEIGHBOURS = {"off": "none of ours", "compute": "compute-bound (192² matmuls)",
+              "l3": "L3 (16 MiB copies)", "memory": "memory (256 MiB copies)"}
+TILES = "256x512"
+
+
+def _cell(value, lo, hi):
+    return f"{value:.2f}× [{lo:.2f}, {hi:.2f}]"
+
+
+def neighbour(root):
+    """The tiled attention kernel against SDPA with and without a neighbour on the other CPU
+    (CPU time): speed-ups (SDPA / ours) and slowdowns (with / without), with intervals."""
+    d = _pd().read_csv(root / "docs" / "neighbour_attention.csv", comment="#")
+    c = d[d.clock == "cpu"]
+    lines = ["| neighbour on the other CPU | forward: SDPA / tiled | forward: ours slowed | "
+             "SDPA slowed | forward+backward: SDPA / tiled | ours slowed | torch slowed |",
+             "|---|---|---|---|---|---|---|"]
+    for n, words in NEIGHBOURS.items():
+        cells = [words]
+        for ours, theirs in (("harness forward", "torch sdpa forward"),
+                             ("harness forward+backward", "torch forward+backward")):
+            h = c[(c.tiles == TILES) & (c.neighbour == n) & (c.part == ours)].iloc[0]
+            t = c[(c.neighbour == n) & (c.part == theirs)].iloc[0]
+            cells.append(_cell(h.speedup, h.speedup_lo, h.speedup_hi))
+            for x in (h, t):
+                cells.append("—" if n == "off" else _cell(x.slowdown, x.slowdown_lo,
+                                                          x.slowdown_hi))
+        lines.append("| " + " | ".join(cells) + " |")
+    off = c[c.neighbour == "off"]
+
+    def ms(part, tiles=TILES):
+        rows = off[(off.part == part) & ((off.tiles == tiles) if tiles else off.tiles.isna())]
+        return 1e3 * rows.median_s.iloc[0]
+
+    ours = c[(c.tiles == TILES) & c.part.isin(["harness forward", "harness forward+backward"])]
+    verdict = ("slower than SDPA with or without a neighbour" if (ours.speedup_hi < 1).all()
+               else "not slower than SDPA in every condition")
+    text = (f"With tiles of {TILES.replace('x', ' × ')}, the tiled kernel is {verdict}. Of the "
+            f"forward's {ms('harness forward'):.1f} ms alone, the tile products take "
+            f"{ms('harness tile gemms'):.1f} ms (the same products through torch's BLAS: "
+            f"{ms('torch tile gemms', None):.1f} ms) and the exps with their row maxima and sums "
+            f"{ms('harness exps'):.1f} ms (torch's: {ms('torch exps', None):.1f} ms).")
+    return (provenance(root, "docs/neighbour_attention.csv") + "\n\n" + "\n".join(lines)
+            + "\n\n" + text)
+
+
+# ----------------------------------------------------------------------------- linear attention
+
+def linear_speed(root, gemm=2048, d=64):
+    """Linear attention's fastest algorithm against its fastest PyTorch peer and NumPy's
+    chunked form, from the interleaved rounds: medians, speed-ups (peer / ours) with their
+    95 % intervals (the rounds resampled in pairs), and the chunked forward's share of the
+    GEMM peak timed in the same rounds."""
+    import numpy as np
+
+    from harness.infra import stats, timing
+    from harness.models import linear_attention as fam
+    rounds = _pd().read_csv(root / "docs" / "linear_attention_speed.csv")
+    lines = ["| T | dtype | direction | fastest algorithm | fastest PyTorch peer: speed-up | "
+             "NumPy: speed-up | chunked forward | load |", "|---|---|---|---|---|---|---|---|"]
+    for (T, dtype, direction), g in rounds.groupby(["T", "dtype", "direction"], sort=False):
+        wide = g.pivot(index="round", columns="impl", values="seconds")
+        med = wide.median()
+        ours = med[med.index.str.startswith("harness-")].idxmin()
+        cells = [f"{T:,}", dtype, direction, f"{ours.removeprefix('harness-')} "
+                 f"{med[ours] * 1e3:,.1f} ms"]
+        for peer in (med[med.index.str.startswith("torch")].idxmin(), "numpy"):
+            ratio, lo, hi = timing.paired_ratio(wide[peer].to_numpy(), wide[ours].to_numpy())
+            cells.append(f"{peer} {med[peer] * 1e3:,.1f} ms: {ratio:.2f}× [{lo:.2f}, {hi:.2f}]")
+        if direction == "forward":
+            share = 2 * fam.kernel_macs("chunked", T, d) / wide["harness-chunked"] / (
+                2 * gemm ** 3 / wide[f"gemm{gemm}"])
+            lo, hi = stats.bootstrap_interval(lambda r: np.median(r, axis=1), share.to_numpy())
+            cells.append(f"{np.median(share):.2f} of the GEMM peak [{lo:.2f}, {hi:.2f}] "
+                         f"({np.median(2 * gemm ** 3 / wide[f'gemm{gemm}']) / 1e9:.0f} GFLOP/s)")
+        else:
+            cells.append("—")
+        cells.append(f"{g.load.iloc[0]:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    n = rounds["round"].nunique()
+    return (provenance(root, "docs/linear_attention_speed.csv") + "\n\n"
+            f"Batch 1, d_model = d_k = d_v = {d}, one thread; every implementation of a row "
+            f"timed in the same {n} interleaved rounds. The last column is the 1-minute load "
+            f"average at the row's start (2 cores).\n\n" + "\n".join(lines))
+
+
+# ----------------------------------------------------------------------------- the gate
+
+def gate_rates(root):
+    """The gate's measured error rates, and the gate against its targets."""
+    _tools(root)
+    import bench_gate_rates
+    with open(root / "benchmarks" / "gate_rates.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return (provenance(root, "benchmarks/gate_rates.csv") + "\n\n"
+            + bench_gate_rates.summary(rows) + "\n\nThe gate against its targets (at most 1 % "
+            "of points falsely flagged per A/A run, a 10 % slowdown caught in 95 % of runs, "
+            "ten runs of each condition):\n\n" + bench_gate_rates.against_targets(rows))
+
+
+def gate_power(root):
+    """What more processes a tree would buy: the detection predicted from the scatter of the
+    stored runs' process medians."""
+    _tools(root)
+    import gate_power as gp
+    reports = gp.load(root / "benchmarks" / "gate_rates.jsonl")
+    return provenance(root, "benchmarks/gate_rates.jsonl") + "\n\n" + gp.table(reports)
+
+
+# ----------------------------------------------------------------------------- mutation testing
+
+def mutation(root):
+    """The last mutation run's counts (mutmut's own, docs/mutation-score.json) and its
+    survivors by reason (docs/mutation-survivors.tsv)."""
+    s = json.loads((root / "docs" / "mutation-score.json").read_text())
+    with open(root / "docs" / "mutation-survivors.tsv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    kinds = [r["why it survives"].split(":", 1)[0] for r in rows]
+    caught = s["killed"] + s["timeout"] + s["segfault"]
+    n = s["total"] - s["skipped"]
+    equivalent = kinds.count("equivalent")
+    return (f"*The last run: {s['date']}, the code of commit `{s['commit']}`, "
+            f"{s['minutes']} minutes on the 2-core development machine. Data: "
+            "`docs/mutation-score.json`, `docs/mutation-survivors.tsv`.*\n\n"
+            "| mutants | caught | of which killed | timeouts | crashed | survived | suspicious "
+            "| unreached by a test | score |\n|---|---|---|---|---|---|---|---|---|\n"
+            f"| {n:,} | {caught:,} | {s['killed']:,} | {s['timeout']} | {s['segfault']} | "
+            f"{s['survived']} | {s['suspicious']} | {s['no_tests']} | "
+            f"{100 * caught / n:.1f} % |\n\n"
+            f"Of the {s['survived']} survivors, {equivalent} are equivalent and "
+            f"{s['survived'] - equivalent} not worth a test; each is listed with its reason "
+            "in `docs/mutation-survivors.tsv`.")
+
+
+# ----------------------------------------------------------------------------- timings
+
+def timings(root):
+    """How long the make targets and commands take, each with its conditions."""
+    d = _pd().read_csv(root / "docs" / "timings.csv")
+    lines = ["| what | from | time | load average | date | commit | conditions |",
+             "|---|---|---|---|---|---|---|"]
+    for r in d.itertuples():
+        m, s = divmod(int(round(r.seconds)), 60)
+        cond = r.conditions if isinstance(r.conditions, str) else ""
+        lines.append(f"| {r.command} | {r.start} | {m} min {s:02d} s | {r.load} | {r.date} | "
+                     f"`{r.commit}` | {cond} |")
+    return ("*On the 2-core development machine (AMD EPYC, 2 vCPUs, 24 GiB). Data: "
+            "`docs/timings.csv`.*\n\n" + "\n".join(lines))
+
+
+# ----------------------------------------------------------------------------- speed per family
+
+def speed(root, family):
+    """One family's rows of the committed ``harness compare``: the harness's median, the
+    fastest peer's speed-up with its interval, per case and direction."""
+    d = _pd().read_csv(root / "docs" / "compare_summary.csv")
+    rows = d[d.model == family]
+    if not len(rows):
+        raise ValueError(f"docs/compare_summary.csv has no row of family {family!r}")
+    lines = ["| batch | T | d | dtype | kernel | direction | harness | fastest peer | "
+             "speed-up (peer / harness) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        interval = ("" if r.speedup_lo != r.speedup_lo
+                    else f" [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]")
+        lines.append(f"| {r.batch} | {r.T:,} | {r.d} | {r.dtype} | {r.kernel} | {r.direction} | "
+                     f"{r.harness_s * 1e3:,.3f} ms | {r.fastest_peer} | "
+                     f"{r.speedup_vs_fastest:.2f}×{interval} |")
+    return (provenance(root, "docs/compare_summary.csv") + "\n\n" + "\n".join(lines))
+
+
+TABLES = {"claims": claims, "trace_cost": trace_cost, "neighbour": neighbour,
+          "linear_speed": linear_speed, "gate_rates": gate_rates, "gate_power": gate_power,
+          "mutation": mutation, "timings": timings,
+          **{f"speed_{f}": (lambda root, f=f: speed(root, f)) for f in FAMILIES}}
+
+
+def render(name, root=ROOT):
+    """The MyST text of table ``name`` (a key of ``TABLES``)."""
+    if name not in TABLES:
+        raise ValueError(f"name: expected one of {sorted(TABLES)}, got {name!r}")
+    return TABLES[name](root).rstrip("\n") + "\n"
+
+
+def write_all(out, root=ROOT):
+    """Write every table to ``out/<name>.md``; a file whose text is unchanged is left alone
+    (Sphinx rebuilds only what changed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in TABLES:
+        path = out / f"{name}.md"
+        text = render(name, root)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+
+
+_LINK = re.compile(r"""(?:src|href)=["'](https?:)?//""")
+
+
+def external_loads(html):
+    """The resources a page would fetch from another host (scripts, styles, images, fonts):
+    a site that works offline has none. Plain links a reader may follow are not loads."""
+    tags = re.findall(r"<(?:script|link|img|source|iframe)\b[^>]*>", html)
+    return [t for t in tags if _LINK.search(t) and not (t.startswith("<link") and
+                                                        'rel="canonical"' in t)]
+
+
+def _builder_inited(app):
+    write_all(Path(app.srcdir) / "_generated")
+
+
+def setup(app):
+    app.connect("builder-inited", _builder_inited)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def check_offline(site):
+    """Every page of the built ``site`` folder: the resources it would fetch from another
+    host. Returns {page: [tags]} for the pages that have any."""
+    bad = {}
+    for page in sorted(Path(site).rglob("*.html")):
+        found = external_loads(page.read_text(encoding="utf-8"))
+        if found:
+            bad[str(page.relative_to(site))] = found
+    return bad
+
+
+def main(argv=None):
+    import argparse
+    parser = argparse.ArgumentParser(description="the documentation's generated tables")
+    parser.add_argument("--check-offline", metavar="SITE",
+                        help="fail if a built page loads a resource from another host")
+    args = parser.parse_args(argv)
+    if args.check_offline:
+        site = Path(args.check_offline)
+        if not any(site.rglob("*.html")):
+            print(f"--check-offline: no HTML page under {str(site)!r}", file=sys.stderr)
+            return 2
+        bad = check_offline(site)
+        for page, tags in bad.items():
+            print(f"{page}: loads {tags[0]}" + (f" and {len(tags) - 1} more" if len(tags) > 1
+                                                 else ""), file=sys.stderr)
+        return 1 if bad else 0
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

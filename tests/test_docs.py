@@ -1,0 +1,230 @@
+"""The documentation's generated tables (docs/_ext/harness_docs.py) against their committed
+CSVs, each number recomputed here another way; every table the pages include exists and is
+included; the offline check finds what a page would fetch from another host."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+FIG = DOCS / "figures"
+sys.path.insert(0, str(DOCS / "_ext"))
+import harness_docs  # noqa: E402
+
+from harness.analysis import claims  # noqa: E402
+
+
+def _csv(name):
+    return pd.read_csv(FIG / f"{name}.csv")
+
+
+def _pages():
+    return [p for p in DOCS.rglob("*.md") if "_build" not in p.parts and "_generated" not in p.parts]
+
+
+# ----------------------------------------------------------------------------- the site's wiring
+
+def test_every_included_table_is_generated_and_every_generated_table_is_included():
+    included = {m for p in _pages()
+                for m in re.findall(r"```\{include\} (?:\.\./)?_generated/(\w+)\.md",
+                                    p.read_text(encoding="utf-8"))}
+    assert included == set(harness_docs.TABLES)
+
+
+def test_every_table_names_a_committed_csv_with_its_machine_blas_and_load():
+    with open(DOCS / "measurements.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len({r["csv"] for r in rows}) == len(rows)
+    for r in rows:
+        assert (ROOT / r["csv"]).is_file(), r["csv"]
+        assert all(r[k] for k in ("date", "commit", "machine", "blas", "load", "command")), r
+    for name in harness_docs.TABLES:
+        text = harness_docs.render(name)
+        assert "Data: `" in text.split("\n", 1)[0], name
+    with pytest.raises(ValueError, match="expected one row for 'docs/nothing.csv', got 0"):
+        harness_docs.provenance(ROOT, "docs/nothing.csv")
+    with pytest.raises(ValueError, match="name: expected one of"):
+        harness_docs.render("nothing")
+
+
+def test_the_offline_check_finds_a_resource_from_another_host(tmp_path):
+    page = ('<link rel="stylesheet" href="_static/a.css"><script src="https://cdn.x/m.js">'
+            '</script><a href="https://example.org">a link</a><img src="//x.org/i.png">')
+    assert harness_docs.external_loads(page) == ['<script src="https://cdn.x/m.js">',
+                                                 '<img src="//x.org/i.png">']
+    (tmp_path / "a.html").write_text(page)
+    (tmp_path / "b.html").write_text('<script src="_static/m.js"></script>')
+    assert list(harness_docs.check_offline(tmp_path)) == ["a.html"]
+    assert harness_docs.main(["--check-offline", str(tmp_path)]) == 1
+    (tmp_path / "a.html").unlink()
+    assert harness_docs.main(["--check-offline", str(tmp_path)]) == 0
+    assert harness_docs.main(["--check-offline", str(tmp_path / "none")]) == 2
+
+
+# ----------------------------------------------------------------------------- the claims page
+
+def test_the_claims_page_is_the_claims_csv_grouped_by_lesson():
+    text = harness_docs.render("claims")
+    t = _csv("claims")
+    assert text.endswith(claims.markdown(t).rstrip("\n") + "\n")
+    assert list(t.lesson) == [fn.lesson for fn in claims.CLAIMS]
+    assert [c.split(" ")[:2] for c in t.claim] == [fn.text.split(" ")[:2] for fn in claims.CLAIMS]
+    # each group's counts, from the lesson column by plain string tests
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    assert len(sections) == 4
+    today = t.lesson.str.contains("asked of")
+    for section, mask in zip(sections, [~today & t.lesson.str.startswith(g)
+                                        for g in ("additive", "goodbye", "self")] + [today]):
+        rows = t[mask]
+        assert sum(ln.startswith("| ") for ln in section.splitlines()) == len(rows) + 1
+        for verdict, n in rows.verdict.value_counts().items():
+            word = {"holds": ("holds", "hold"), "does not hold": ("does not hold", "do not hold"),
+                    "holds with a qualification": ("holds with a qualification",
+                                                   "hold with a qualification"),
+                    "not measured": ("not measured", "not measured")}[verdict][n != 1]
+            assert f"{n} {word}" in section.split("\n\n", 2)[1], (verdict, section[:200])
+
+
+def _claim(start):
+    t = _csv("claims")
+    return t[t.claim.str.startswith(start)].iloc[0]
+
+
+def test_the_depth_and_schedule_claims_another_way():
+    """Closed forms, and the schedule's own columns, not the claim functions."""
+    d = _csv("depth")
+    r = d[d.model == "rnn"]
+    assert (r.span == 3 * r["T"]).all()                         # three ops per step
+    row = _claim("An RNN's T steps")
+    assert row.verdict == "holds" and f"{int(r.span.max()):,}" in row.measured
+    s = _csv("schedule")
+    T = int(s["T"].iloc[0])
+    rs = s[(s.model == "rnn") & (s.grain == "scalar")].set_index("P").time
+    row = _claim(f"A machine with {T} processors")
+    assert f"{rs.loc[1] / rs.loc[T]:,.1f}×" in row.measured and row.verdict == "does not hold"
+    a = d[d.model == "attention"].sort_values("T")
+    lg = [(int(T) - 1).bit_length() for T in a["T"]]            # ceil(log2 T)
+    dl = (int(d.d.iloc[0]) - 1).bit_length()
+    assert list(a.scalar_span) == [7 + 2 * dl + 3 * x for x in lg]
+
+
+def test_the_wall_time_crossover_claim_from_the_raw_rounds():
+    """The timed crossover recomputed from wall_samples.csv with plain NumPy."""
+    w = _csv("wall_samples")
+    med = w.groupby(["model", "T"]).seconds.median().unstack(0)
+    gap = np.log(med["attention"] / med["rnn"]).to_numpy()
+    Ts = med.index.to_numpy(float)
+    i = next(i for i in range(1, len(Ts)) if gap[i - 1] < 0 <= gap[i])
+    cross = math.exp(math.log(Ts[i - 1]) + (-gap[i - 1] / (gap[i] - gap[i - 1]))
+                     * math.log(Ts[i] / Ts[i - 1]))
+    d = int(w.d.iloc[0])
+    row = _claim("A big count that fits in one matrix product")
+    assert f"{cross / d:.2f}·d" in row.measured
+    assert row.low <= cross / d <= row.high
+
+
+def test_the_lesson_figures_another_way():
+    r = _csv("additive_routes").set_index("va_scale").loc[0.5]
+    assert (round(r.value_norm, 4), round(r.score_norm, 4)) == (2.8303, 0.2556)   # the lesson prints
+    s = _csv("decay_summary")
+    lin = s[(s.model == "rnn") & (s.activation == "identity") & (s.weight == "orthogonal")]
+    assert np.abs(lin.ln_rate - np.log(lin.rho)).max() < 1e-9
+    # the d_k experiment: the lesson's draw's percentiles, from fresh draws made here
+    rng = np.random.default_rng(0)
+    Q, K = rng.normal(size=(2000, 6, 512)), rng.normal(size=(2000, 6, 512))
+    p = _csv("row_max_lesson").set_index(["d_k", "scaled"])
+    for (dk, scaled), row in p.iterrows():
+        E = Q[..., :dk] @ np.swapaxes(K[..., :dk], 1, 2) / (np.sqrt(dk) if scaled else 1.0)
+        A = np.exp(E - E.max(axis=-1, keepdims=True))
+        v = (A / A.sum(axis=-1, keepdims=True)).max(axis=-1).mean(axis=-1)
+        assert abs(100 * np.mean(v < row.lesson_row_max) - row.percentile) < 1e-9
+
+
+# ----------------------------------------------------------------------------- measurements
+
+def test_the_tracing_cost_table_is_its_csv():
+    text = harness_docs.render("trace_cost")
+    d = pd.read_csv(DOCS / "trace_cost.csv")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| form")]
+    forms = [f for f in d.form.unique() if f != "all"]
+    assert [ln.split(" | ")[0][2:] for ln in lines] == forms
+    for form, line in zip(forms, lines):
+        cells = line.strip("| ").split(" | ")[1:]
+        g = d[d.form == form].sort_values("T")
+        assert len(cells) == len(g)
+        for cell, r in zip(cells, g.itertuples()):
+            trace, process, peak = re.fullmatch(r"([\d.]+) s / (\d+) s, (\d+) MB", cell).groups()
+            assert abs(float(trace) - r.trace_s) <= 0.05 and int(process) == round(r.process_s)
+            assert int(peak) == round(r.peak_mb)
+    whole = d[d.form == "all"].iloc[0]
+    assert (f"took {int(whole.process_s) // 60} min {int(whole.process_s) % 60} s with a peak of "
+            f"{whole.peak_mb:.0f} MB") in text
+
+
+def test_the_timings_table_is_its_csv():
+    text = harness_docs.render("timings")
+    d = pd.read_csv(DOCS / "timings.csv")
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert len(lines) == len(d)
+    for line, r in zip(lines, d.itertuples()):
+        cells = line.strip("| ").split(" | ")
+        m, s = re.fullmatch(r"(\d+) min (\d+) s", cells[2]).groups()
+        assert 60 * int(m) + int(s) == round(r.seconds)
+        assert cells[0] == r.command and cells[3] == str(r.load) and cells[5] == f"`{r.commit}`"
+
+
+@pytest.mark.parametrize("family", harness_docs.FAMILIES)
+def test_a_family_speed_table_is_its_rows_of_the_committed_comparison(family):
+    from harness import models
+    assert family in models.NAMES
+    d = pd.read_csv(DOCS / "compare_summary.csv")
+    rows = d[d.model == family]
+    lines = [ln for ln in harness_docs.render(f"speed_{family}").splitlines()
+             if ln.startswith("| ") and ln[2].isdigit()]
+    assert len(lines) == len(rows) > 0
+    for line, r in zip(lines, rows.itertuples()):
+        cells = line.strip("| ").split(" | ")
+        assert cells[:6] == [str(r.batch), f"{r.T:,}", str(r.d), r.dtype, r.kernel, r.direction]
+        assert cells[6] == f"{r.harness_s * 1e3:,.3f} ms" and cells[7] == r.fastest_peer
+        m = re.fullmatch(r"([\d.]+)×(?: \[([\d.]+), ([\d.]+)\])?", cells[8])
+        assert float(m[1]) == round(r.speedup_vs_fastest, 2)
+        # the speed-up is the fastest peer's median over the harness's, and inside its interval
+        peer = min(x for x in (r.speedup_vs_numpy, r.speedup_vs_torch) if x == x)
+        assert math.isclose(peer, r.speedup_vs_fastest, rel_tol=1e-9)
+        if m[2]:
+            assert float(m[2]) <= round(r.speedup_vs_fastest, 2) <= float(m[3])
+
+
+def test_the_mutation_table_is_the_last_runs_counts():
+    """mutmut's own counts (docs/mutation-score.json) and the survivors' list, each survivor
+    with a reason: equivalent, or not worth a test."""
+    import tomllib
+    s = json.loads((DOCS / "mutation-score.json").read_text())
+    with open(DOCS / "mutation-survivors.tsv", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    assert len(rows) == s["survived"] == len({r["mutant"] for r in rows})
+    kinds = [r["why it survives"].split(":", 1) for r in rows]
+    assert all(len(k) == 2 and k[0] in ("equivalent", "not worth a test") and len(k[1].strip()) > 10
+               for k in kinds)
+    mutated = s.get("only_mutate") or tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    modules = {m.removesuffix(".py").replace("/", ".") for m in mutated}
+    assert all(r["mutant"].split(".x", 1)[0] in modules for r in rows)
+    text = harness_docs.render("mutation")
+    caught = s["killed"] + s["timeout"] + s["segfault"]
+    n = s["total"] - s["skipped"]
+    equivalent = sum(k[0] == "equivalent" for k in kinds)
+    assert (f"| {n:,} | {caught:,} | {s['killed']:,} | {s['timeout']} | {s['segfault']} | "
+            f"{s['survived']} | {s['suspicious']} | {s['no_tests']} | {100 * caught / n:.1f} % |") in text
+    assert (f"Of the {s['survived']} survivors, {equivalent} are equivalent and "
+            f"{s['survived'] - equivalent} not worth a test") in text
