@@ -198,9 +198,13 @@ def test_a_family_speed_table_is_its_rows_of_the_committed_comparison(family):
         assert cells[6] == f"{r.harness_s * 1e3:,.3f} ms" and cells[7] == r.fastest_peer
         m = re.fullmatch(r"([\d.]+)×(?: \[([\d.]+), ([\d.]+)\])?", cells[8])
         assert float(m[1]) == round(r.speedup_vs_fastest, 2)
-        # the speed-up is the fastest peer's median over the harness's, and inside its interval
-        peer = min(x for x in (r.speedup_vs_numpy, r.speedup_vs_torch) if x == x)
-        assert math.isclose(peer, r.speedup_vs_fastest, rel_tol=1e-9)
+        # the fastest peer is at least as fast as NumPy and torch (medians over the harness's;
+        # linear attention has a third peer, torch's chunked form), and one of them where
+        # it is named so
+        peers = {"numpy": r.speedup_vs_numpy, "torch": r.speedup_vs_torch}
+        assert all(r.speedup_vs_fastest <= x * (1 + 1e-9) for x in peers.values() if x == x)
+        if r.fastest_peer in peers:
+            assert math.isclose(peers[r.fastest_peer], r.speedup_vs_fastest, rel_tol=1e-9)
         if m[2]:
             assert float(m[2]) <= round(r.speedup_vs_fastest, 2) <= float(m[3])
 

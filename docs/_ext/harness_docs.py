@@ -288,12 +288,32 @@ def external_loads(html):
                                                         'rel="canonical"' in t)]
 
 
+_LITERAL = re.compile(r"(``.+?``)")
+
+
+def plain_docstring_line(line):
+    """A docstring line as reStructuredText reads what the docstrings mean: |x| is an absolute
+    value, not a substitution, and ``Form``s is a literal then a plural. Literals are kept."""
+    parts = _LITERAL.split(line)
+    for i in range(0, len(parts), 2):                       # the text between literals
+        text = parts[i].replace("|", "\\|")
+        if i and text[:1].isalnum():                          # ``Form``s: end the literal
+            text = "\\ " + text
+        parts[i] = text
+    return "".join(parts)
+
+
+def _docstring(app, what, name, obj, options, lines):
+    lines[:] = [plain_docstring_line(ln) for ln in lines]
+
+
 def _builder_inited(app):
     write_all(Path(app.srcdir) / "_generated")
 
 
 def setup(app):
     app.connect("builder-inited", _builder_inited)
+    app.connect("autodoc-process-docstring", _docstring, priority=400)   # before numpydoc
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

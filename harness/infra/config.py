@@ -159,7 +159,10 @@ QUICK_COMPARE = CompareConfig(suite="quick", repeats=3, min_sample_s=0.001)
 LONG_COMPARE = CompareConfig(suite="long", dtypes=("float32",), repeats=3, min_sample_s=0.0)
 # the quick sweep stops at 2048, but times the recurrences to 4096 too: at 2048 the LRU's fixed
 # cost is still ~5 % of a call (~50 % at T = 128), and its exponent was weakly identified (#27)
-QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=5,
+# It is the newcomer's first command (`make report`): a complete report in a few minutes on 2
+# cores, compilation included, so three rounds (the fewest with an interval) of 10 ms samples.
+QUICK_REPORT = replace(REPORT, wall=replace(WALL, T_values=WALL.T_values[:-1], rounds=3,
+                                            min_sample_s=0.01,
                                             linear_T_values=WALL.T_values[-1:]),
                        depth_long=replace(REPORT.depth_long, T_values=()),
                        path_T=REPORT.path_T[:-1],

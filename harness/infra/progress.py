@@ -89,7 +89,7 @@ def warm_up_kernels(progress):
     t0 = time.perf_counter()
     from harness.infra import signals
     with signals.quietly():                 # a signal during compilation waits for its end
-        _compile_everything()
+        _compile_everything(parallel=cold)
     if cold:
         progress.line(f"compiled the kernels in {time.perf_counter() - t0:.1f} s")
 
@@ -105,13 +105,48 @@ def warm_up_family(fam, dtypes=("float32", "float64")):
             k.backward(X, W, out, k.primary(out))
 
 
-def _compile_everything():
+# The families a second process compiles into Numba's cache while this one compiles the rest,
+# on a fresh clone with two cores or more: the Transformer layer's kernels take about as long
+# to compile as every other family's together.
+SECOND_SHARE = ("transformer",)
+
+
+def _second_process(names):
+    """A child process that compiles the families ``names`` into Numba's on-disk cache, or
+    None where it cannot help (one core, or none of them registered)."""
+    import subprocess
+    from harness import models
+    names = [n for n in names if n in models.NAMES]
+    if (os.cpu_count() or 1) < 2 or not names:
+        return None
+    code = ("import sys; from harness import models; from harness.infra import progress; "
+            "[progress.warm_up_family(models.get(n)) for n in sys.argv[1:]]")
+    return subprocess.Popen([sys.executable, "-c", code, *names], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _compile_everything(parallel=False):
+    """Compile every kernel; ``parallel``: with ``SECOND_SHARE`` compiled by a second process
+    meanwhile, then loaded here from the cache it wrote (compiled here after all, should the
+    child fail)."""
     import numpy as np
 
     from harness.kernels import blas, greedy, jacobian
     from harness import models
-    for fam in models.families():
-        warm_up_family(fam)
+    child = _second_process(SECOND_SHARE) if parallel else None
+    later = set(SECOND_SHARE) if child else set()
+    try:
+        for fam in models.families():
+            if fam.name not in later:
+                warm_up_family(fam)
+        if child:
+            child.wait()
+    finally:
+        if child and child.poll() is None:
+            child.kill()
+            child.wait()
+    for name in sorted(later, key=models.NAMES.index):
+        warm_up_family(models.get(name))
     S, m, eye = np.ones((3, 2)), np.zeros(3), np.eye(2)        # the analysers' own kernels
     jacobian.probe_backward(eye, np.ones(2), S, m, np.empty((3, 2)), np.empty(3))
     jacobian.jacobian_products(eye, S, m, np.empty((2, 2, 2)), np.empty(2))
