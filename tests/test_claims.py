@@ -484,8 +484,10 @@ def test_the_docs_table_groups_the_claims_by_lesson_with_their_counts():
     assert "| c | «las palabras» | **holds** | m \\| n |" in md          # a | in a cell escaped
     assert "| c |  | **does not hold** |" in md                           # no quote: no «»
     assert "| d (goodbye to recurrence, asked of today's models) |" in md
-    with pytest.raises(ValueError, match="lesson: expected one starting with"):
-        claims.group("bahdanau")
+    # a lesson no group names is a group of its own, after the lessons'
+    other = claims.grouped(pd.concat([t, pd.DataFrame([row("bahdanau", HOLDS)])],
+                                     ignore_index=True))
+    assert [g for g, _, _ in other][-1] == "bahdanau" and claims.group("bahdanau") == "bahdanau"
 
 
 # ----------------------------------------------------------------------------- linear attention

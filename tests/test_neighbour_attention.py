@@ -61,7 +61,7 @@ def test_the_sentences_beside_it_follow_the_rows():
     # slower than SDPA in every condition, forward and forward+backward
     ours = c[(c.tiles == "256x512") & c.part.isin(["harness forward", "harness forward+backward"])]
     assert (ours.speedup_hi < 1).all() and "slower than SDPA with or without a neighbour" in text
-    said = (f"of the forward's {ms('harness forward'):.1f} ms, the tile products take "
+    said = (f"Of the forward's {ms('harness forward'):.1f} ms alone, the tile products take "
             f"{ms('harness tile gemms'):.1f} ms")
     assert said in re.sub(r"\s+", " ", text)
     assert f"torch's BLAS: {ms('torch tile gemms', None):.1f} ms" in re.sub(r"\s+", " ", text)

@@ -616,7 +616,7 @@ def test_build_writes_a_frame_two_sections_show_once_and_refuses_two_different_o
     assert len(pd.read_csv(stage / "depth.csv")) == len(shared)
     by_key = {s.key: s for s in rendered[0]}
     assert "depth" in html_module.TABLES and "wall" not in html_module.TABLES
-    assert by_key["depth"].table_html.startswith("<table") and by_key["wall"].table_html == ""
+    assert by_key["depth"].table_html.startswith("<details><summary>the table") and by_key["wall"].table_html == ""
     assert json.loads((stage / "machine.json").read_text())["blas"] == "/opt/libblas.so"
     other = tmp_path / "other"
     other.mkdir()

@@ -101,24 +101,21 @@ GROUPS = ("additive attention", "goodbye to recurrence", "self-attention", "toda
 
 
 def group(lesson):
-    """The group of a claim's ``lesson`` column: its lesson, or "today's models" for a
-    lesson's question asked of a model the lessons do not cover."""
+    """The group of a claim's ``lesson`` column: its lesson, "today's models" for a lesson's
+    question asked of a model the lessons do not cover, or a lesson no group names as it is."""
     if "asked of" in lesson:
         return GROUPS[3]
-    found = [g for g in GROUPS[:3] if lesson.startswith(g)]
-    if not found:
-        raise ValueError(f"lesson: expected one starting with one of {GROUPS[:3]} or saying "
-                         f"'asked of', got {lesson!r}")
-    return found[0]
+    return next((g for g in GROUPS[:3] if lesson.startswith(g)), lesson)
 
 
 def grouped(table):
-    """The claims table by group, in ``GROUPS`` order, each group's rows in the table's order:
-    a list of (group, verdict counts as {verdict: n} in ``VERDICTS`` order and then not measured, rows). A group
-    with no row is left out."""
+    """The claims table by group, ``GROUPS`` first in their order and any other lesson after
+    them in the order it comes, each group's rows in the table's order: a list of (group,
+    verdict counts as {verdict: n} in ``VERDICTS`` order and then not measured, rows). A
+    group with no row is left out."""
     groups = table.lesson.map(group)
     out = []
-    for g in GROUPS:
+    for g in [*GROUPS, *(g for g in dict.fromkeys(groups) if g not in GROUPS)]:
         rows = table[groups == g]
         if len(rows):
             counts = {v: int((rows.verdict == v).sum()) for v in (*VERDICTS, NOT_MEASURED)}
