@@ -15,8 +15,10 @@ tanh passes (``vmath``), one for r and z (sigma(a) = 1/2 + tanh(a/2)/2) and one 
 which needs r first. Nothing is allocated per step.
 
 The forward leaves r, z, n and W_hn h_{t-1} + b_hn (what dr needs) in per-thread
-scratch buffers and notes which H they belong to; a backward handed that same H (and
-the same input arrays) reads them there, any other rebuilds them from X and H with
+scratch buffers, with copies of what they follow from (X, the weights, the biases, h0
+and H); a backward whose inputs equal those copies element by element reads them there,
+whether or not it was handed the same arrays (an array changed in place after the
+forward is not). Any other rebuilds them from X and H with
 two GEMMs that are parallel over t. The pre-activation gradients differ on the two
 sides only in the n block (dl/d(W_hn h + b_hn) = r * dl/d(n's argument)), so the
 backward keeps the hidden side's in place of the gates, makes dW_hh from it, then
@@ -37,7 +39,7 @@ from harness.kernels.blas import matmul
 from harness.kernels import steps
 from harness.kernels.steps import (add_to, carry_back, carry_buffers, column_buffers,
                                    first_bad_column, input_products, matvec, nonfinite, row_buffers,
-                                   sigmoid, to_rows, weak)
+                                   sigmoid, to_rows)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("r", "z", "n")    # the order of the three row blocks of W_ih, W_hh, b_ih, b_hh
@@ -244,8 +246,9 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
     dtype = X.dtype
     biases = [v.bias(name, bias, 3 * d_h, dtype) for name, bias in (("b_ih", b_ih), ("b_hh", b_hh))]
     h0 = v.initial_state("h0", h0, batched, B, d_h, dtype)
-    # H, the gates (3 d_h), W_hn h + b_hn, h_{t-1}, W_hh h_{t-1} (3 d_h) and dX, per step
-    v.check_memory(B * T * (9 * d_h + d_in) * X.itemsize, "the GRU's state and gate buffers",
+    # H, the gates (3 d_h), W_hn h + b_hn, h_{t-1}, W_hh h_{t-1} (3 d_h), dX and the kept
+    # copies of X and H, per step
+    v.check_memory(B * T * (10 * d_h + 2 * d_in) * X.itemsize, "the GRU's state and gate buffers",
                    inputs=(("X", X),))
     return v.contiguous("X", X), W_ih, W_hh, biases[0], biases[1], h0, batched
 
@@ -315,7 +318,7 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None):
     bad = _FORWARD[kind](X, W_ih, M, b_ih, b_hh, h0, flag, H, G, N)
     steps.raise_if_overflowed(bad, X, "the GRU",
                               "(W_ih x_t + b_ih, W_hh h_(t-1) + b_hh and their sums)")
-    workspace.keep("gru", (weak((H,)), weak(args), G, N))
+    workspace.keep("gru", (steps.keep_inputs("gru", (X, W_ih, W_hh, b_ih, b_hh, h0, H)), G, N))
     return H
 
 
@@ -328,9 +331,8 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
     the gradient meant. Returns a ``GRUGrads`` with dX, dW_ih, dW_hh, db_ih, db_hh and dh0.
     """
     args = (X, W_ih, W_hh, b_ih, b_hh, h0)
-    kept = workspace.kept("gru")                    # the forward's gates, if these are its states
+    kept = workspace.kept("gru")                    # the forward's gates, if these are its values
     shared_h0 = h0 is not None and np.ndim(h0) == 1 and np.ndim(X) == 3
-    H_in = H
     X, W_ih, W_hh, b_ih, b_hh, h0, batched = _check(*args)
     dtype = X.dtype
     d_h = W_hh.shape[1]
@@ -341,7 +343,7 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
     workspace.keep("gru", None)                     # the gradients are written over the gates
     Hprev = _previous_states(H, h0)                 # (B T, d_h)
     gshape = X.shape[:-1] + (3 * d_h,)
-    kept = steps.kept_buffers(kept, (H_in,), args, gshape, dtype)
+    kept = steps.kept_buffers(kept, (X, W_ih, W_hh, b_ih, b_hh, h0, H), gshape, dtype)
     if kept is not None:
         G, N = kept                                 # the forward's gates, as it left them
     else:

@@ -17,9 +17,10 @@ tanh(a/2)/2, so i, f, g and o are one pass over 4 d_h values, and tanh(c_t) the
 other. Nothing is allocated per step.
 
 The forward leaves the activated gates (i, f, g, o for every step) in a per-thread
-scratch buffer and notes which H and C they belong to; a backward handed that same
-H and C (the same arrays, with the same input arrays) reads them there instead of
-recomputing them. Any other backward rebuilds them from X and H with one GEMM,
+scratch buffer, with copies of what they follow from (X, the weights, b, h0 and H); a
+backward whose X, weights, biases, h0 and H equal those copies element by element reads
+them there instead of recomputing them, whether or not it was handed the same arrays (an
+array changed in place after the forward is not). Any other backward rebuilds them from X and H with one GEMM,
 [x_t | h_{t-1}] @ [W_ih | W_hh]^T, which is parallel over t. The backward writes
 dl/da_t over the gates in place, so the weight gradients are GEMMs after the loop
 over every step at once: [dW_ih | dW_hh] = dA^T [X | H_prev], dX = dA W_ih.
@@ -38,7 +39,7 @@ from harness.kernels.blas import matmul
 from harness.kernels import steps
 from harness.kernels.steps import (add_into, add_to, carry_back, carry_buffers, column_buffers,
                                    first_bad_column, input_products, matvec, nonfinite, row_buffers,
-                                   sigmoid, to_rows, weak)
+                                   sigmoid, to_rows)
 from harness.kernels.vmath import tanh_inplace
 
 GATES = ("i", "f", "g", "o")    # the order of the four row blocks of W_ih, W_hh, b_ih, b_hh
@@ -269,8 +270,8 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0, c0):
             babs += np.abs(bias)
     h0 = v.initial_state("h0", h0, batched, B, d_h, dtype)
     c0 = v.initial_state("c0", c0, batched, B, d_h, dtype)
-    # H, C, the gates (4 d_h), [x_t | h_{t-1}] and dX, per step of every sequence
-    v.check_memory(B * T * (7 * d_h + 2 * d_in) * X.itemsize, "the LSTM's state and gate buffers",
+    # H, C, the gates (4 d_h), [x_t | h_{t-1}], dX and the kept copies of X and H, per step
+    v.check_memory(B * T * (8 * d_h + 3 * d_in) * X.itemsize, "the LSTM's state and gate buffers",
                    inputs=(("X", X),))
     return v.contiguous("X", X), W_ih, W_hh, b, babs, h0, c0, batched
 
@@ -345,7 +346,7 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None, c0=None):
     kind, M, flag = steps.loop(W_hh, batched, forward=True)
     bad = _FORWARD[kind](X, W_ih, M, b, h0, c0, flag, H, C, G)
     steps.raise_if_overflowed(bad, X, "the LSTM", "W_ih x_t + W_hh h_(t-1) + b")
-    workspace.keep("lstm", (weak((H, C)), weak(args), G))
+    workspace.keep("lstm", (steps.keep_inputs("lstm", (X, W_ih, W_hh, b, h0, H)), G))
     return H, C
 
 
@@ -360,10 +361,9 @@ def backward(X, H, C, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None, c0=None, dC
     dh0 and dc0.
     """
     args = (X, W_ih, W_hh, b_ih, b_hh, h0, c0)
-    kept = workspace.kept("lstm")                   # the forward's gates, if these are its states
+    kept = workspace.kept("lstm")                   # the forward's gates, if these are its values
     batched_in = np.ndim(X) == 3
     shared = [s is not None and np.ndim(s) == 1 and batched_in for s in (h0, c0)]
-    H_in, C_in = H, C
     X, W_ih, W_hh, b, babs, h0, c0, batched = _check(*args)
     dtype = X.dtype
     d_h = W_hh.shape[1]
@@ -378,7 +378,7 @@ def backward(X, H, C, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None, c0=None, dC
     workspace.keep("lstm", None)                    # dA is written over the gates below
     Z = _inputs_and_previous_states(X, H, h0)       # (B T, d_in + d_h)
     gshape = X.shape[:-1] + (4 * d_h,)
-    kept = steps.kept_buffers(kept, (H_in, C_in), args, gshape, dtype)
+    kept = steps.kept_buffers(kept, (X, W_ih, W_hh, b, h0, H), gshape, dtype)
     if kept is not None:
         G, = kept                                   # the forward's gates, as it left them
     else:

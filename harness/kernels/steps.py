@@ -2,7 +2,8 @@
 and ``lru``'s messages): the input products before the loop, the product a step waits for
 (``matvec``, ``carry_back``) and which loop runs a call (``loop``), a step's state as columns,
 the checks that name the step where a value stopped being finite, and the bookkeeping by which
-a backward knows it was handed the states of the forward that left its buffers.
+a backward knows it was handed the values (not merely the arrays) of the forward that left its
+buffers.
 
 The batched float32 loops keep a step's values as (n, B) columns, so that the gates of one
 sequence are contiguous for the vectorised tanh; ``to_columns`` and ``to_rows`` copy one step
@@ -18,12 +19,11 @@ from the cache.
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 from numba import njit
 
 from harness.infra import validate as v
+from harness.infra import workspace
 from harness.kernels.blas import matmul
 
 
@@ -295,27 +295,35 @@ def vec_operands(W_hh, forward):
 
 # --------------------------------------------------------------------------- the kept forward
 
-def weak(args):
-    """Weak references to the caller's arrays (None stays None); None if one is not an array."""
-    refs = []
-    for a in args:
-        if a is not None and not isinstance(a, np.ndarray):
-            return None
-        refs.append(None if a is None else weakref.ref(a))
-    return refs
+def keep_inputs(prefix, arrays):
+    """Copies of ``arrays`` (None stays None) in this thread's workspace buffers ``prefix_kept<n>``,
+    for ``kept_buffers`` to compare a backward's inputs with. Copies, not the arrays or
+    references to them: an array changed in place after the forward is the same object with
+    other values, and the gates kept from the old values are not its gates."""
+    copies = []
+    for n, a in enumerate(arrays):
+        if a is None:
+            copies.append(None)
+            continue
+        c = workspace.buffer(f"{prefix}_kept{n}", a.shape, a.dtype)
+        np.copyto(c, a)
+        copies.append(c)
+    return tuple(copies)
 
 
-def same(refs, args):
-    """True if ``refs`` (from ``weak``) still point at exactly the arrays ``args``."""
-    return refs is not None and all((r is None and a is None) or (r is not None and r() is a)
-                                    for r, a in zip(refs, args))
-
-
-def kept_buffers(kept, states, args, shape, dtype):
-    """The buffers a forward left with ``workspace.keep(name, (weak(states), weak(args),
-    *buffers))``, if ``states`` and ``args`` are the very arrays of that call and its first
-    buffer has this shape and dtype; else None."""
-    if kept is None or not (same(kept[0], states) and same(kept[1], args)):
+def kept_buffers(kept, arrays, shape, dtype):
+    """The buffers a forward left with ``workspace.keep(name, (keep_inputs(prefix, arrays),
+    *buffers))``, if ``arrays`` hold exactly the values of that call's, element by element (the
+    same objects or not), and its first buffer has this shape and dtype; else None. The
+    comparison is O(T d), against the O(T d^2) products it saves."""
+    if kept is None:
         return None
-    buffers = kept[2:]
+    copies, buffers = kept[0], kept[1:]
+    if len(copies) != len(arrays):
+        return None
+    for c, a in zip(copies, arrays):
+        if (c is None) != (a is None):
+            return None
+        if c is not None and (c.shape != a.shape or c.dtype != a.dtype or not np.array_equal(c, a)):
+            return None
     return buffers if buffers[0].shape == shape and buffers[0].dtype == dtype else None
