@@ -106,10 +106,11 @@ def main(argv=None):
 def _failed(name, e, debug):
     """The exit status of a command that raised ``e``, said in one line; a bug (any exception
     not named below) is raised again, its traceback Python's."""
-    if isinstance(e, UsageError):
+    frames = getattr(e, "frames", "")               # the user's own code raised it: theirs
+    if isinstance(e, UsageError) and not (frames and debug):
         print(f"{name}: error: {e}", file=sys.stderr)
-        if getattr(e, "frames", ""):                # the user's own code raised it: its frames
-            print(e.frames.rstrip("\n"), file=sys.stderr)
+        if frames:
+            print(frames.rstrip("\n"), file=sys.stderr)
         return 2
     if debug:
         raise e

@@ -1126,3 +1126,173 @@ def test_a_forward_without_multiplications_has_an_empty_counts_table_with_its_co
     counts, tab = depth.forward_tables(f"{path}:twice", {"X": ("T", "d")}, [5], 3)
     assert counts.empty and list(counts.columns) == ["model", "T", "d", "part", "macs", "flops"]
     assert tab["T"].tolist() == [5] and tab.macs.tolist() == [0]
+
+
+# ------------------------------------------------------- a user's code that raises
+
+FORWARD_ARGS = ["--shape", "X=T,d", "--shape", "W=d,d", "--T", "4", "--d", "2", "--no-measure",
+                "--quiet"]
+
+
+class _Odd(ValueError):
+    def __init__(self, a, b):                  # a class of theirs with arguments of its own
+        super().__init__(f"{a} and {b}")
+
+
+# (source, function, line that raised, exception as the message names it (a regular
+# expression), while)
+USER_FAILURES = {
+    "syntax error": ("def f(X, W)\n    return X @ W\n", "f", 1, "SyntaxError: expected ':'",
+                     "importing"),
+    "missing module": ("import nonexistent_module_39\n\n\ndef f(X, W):\n    return X @ W\n", "f",
+                       1, "ModuleNotFoundError: No module named 'nonexistent_module_39'",
+                       "importing"),
+    "import error": ("from os import nothing_here_39\n", "f", 1,
+                     r"ImportError: cannot import name 'nothing_here_39' from 'os' \(.*os\.py\)",
+                     "importing"),
+    "runtime error at import": ("x = 1\nraise RuntimeError('not on this machine')\n", "f", 2,
+                                "RuntimeError: not on this machine", "importing"),
+    "exit at import": ("import sys\nsys.exit(3)\n", "f", 2,
+                       r"SystemExit: sys\.exit\(3\) was called; a forward returns its output",
+                       "importing"),
+    "attribute error": ("def f(X, W):\n    return X.nothing\n", "f", 2,
+                        "AttributeError: 'Traced' object has no attribute 'nothing'", "tracing"),
+    "key error": ("def f(X, W):\n    return {}['k']\n", "f", 2, "KeyError: 'k'", "tracing"),
+    "runtime error": ("def f(X, W):\n    raise RuntimeError('no')\n", "f", 2,
+                      "RuntimeError: no", "tracing"),
+    "recursion": ("def f(X, W):\n    return f(X @ W, W)\n", "f", 2,
+                  "RecursionError: maximum recursion depth exceeded.*", "tracing"),
+    "value error": ("def f(X, W):\n    raise ValueError('no such row')\n", "f", 2,
+                    "ValueError: no such row", "tracing"),
+    "zero division": ("def f(X, W):\n    return X @ W * (1 / 0)\n", "f", 2,
+                      "ZeroDivisionError: division by zero", "tracing"),
+    "a class of theirs": ("class Odd(ValueError):\n    def __init__(self, a, b):\n"
+                          "        super().__init__(f'{a} and {b}')\n\n\n"
+                          "def f(X, W):\n    raise Odd(1, 2)\n", "f", 7, "Odd: 1 and 2",
+                          "tracing"),
+    "a helper of theirs": ("def g(x):\n    return x.missing\n\n\ndef f(X, W):\n    return g(X)\n",
+                           "f", 2, "AttributeError: 'Traced' object has no attribute 'missing'",
+                           "tracing"),
+    "sys.exit(0)": ("import sys\n\n\ndef f(X, W):\n    sys.exit(0)\n", "f", 5,
+                    r"SystemExit: sys\.exit\(0\) was called; a forward returns its output",
+                    "tracing"),
+}
+
+
+@pytest.mark.parametrize("case", list(USER_FAILURES))
+@pytest.mark.parametrize("form", ["file", "module"])
+def test_a_users_code_that_raises_reads_as_theirs(case, form, tmp_path, monkeypatch, capsys):
+    """Whatever the user's file or forward raises: one line naming their file, line and
+    exception, their own frames below it (none of the harness's), exit 2; never a traceback
+    through the harness, never exit 0 (sys.exit(0)). It was a 23-line traceback, exit 1,
+    for all but ValueError, TypeError, MemoryError and ArithmeticError (#39)."""
+    import os
+    import sys
+
+    import harness
+    source, fn, line, what, doing = USER_FAILURES[case]
+    module = f"user39_{abs(hash(case)) % 10**8}_{form}"
+    path = tmp_path / f"{module}.py"
+    path.write_text(source)
+    monkeypatch.chdir(tmp_path)
+    spec = f"{path}:{fn}" if form == "file" else f"{module}:{fn}"
+    try:
+        assert cli.main(["depth", "--forward", spec, *FORWARD_ARGS]) == 2
+    finally:
+        sys.modules.pop(module, None)
+    err = capsys.readouterr().err
+    first, *below = err.splitlines()
+    where = "importing " + (str(path) if form == "file" else module) if doing == "importing" \
+        else f"tracing {spec}"
+    assert re.fullmatch(re.escape(f"harness depth: error: --forward: {path}:{line}: ") + what
+                        + re.escape(f" (raised while {where}; your code's frames below)"),
+                        first), err
+    assert f'File "{path}", line {line}' in err, err
+    assert below and os.path.dirname(harness.__file__) not in err and "importlib" not in err, err
+    assert "Traceback" not in err, err
+
+
+def test_a_users_error_shows_the_harnesss_frames_only_when_debugging(tmp_path, monkeypatch):
+    from harness.infra.files import UserCodeError
+    path = tmp_path / "keys.py"
+    path.write_text("def f(X, W):\n    return {}['k']\n")
+    monkeypatch.setenv("HARNESS_DEBUG", "1")
+    with pytest.raises(UserCodeError) as e:
+        cli.main(["depth", "--forward", f"{path}:f", *FORWARD_ARGS])
+    assert isinstance(e.value.__cause__, KeyError)
+
+
+def test_a_users_exception_class_with_arguments_of_its_own_is_raised_as_it_came():
+    def f(X, W):
+        raise _Odd(1, 2)
+
+    with pytest.raises(_Odd, match="^1 and 2$"):
+        depth.trace_forward(f, {"X": ("T", "d"), "W": ("d", "d")}, 3, 2)
+
+
+def test_a_module_missing_inside_the_forwards_file_is_theirs_not_the_spec(tmp_path, monkeypatch):
+    import sys
+    (tmp_path / "needs_missing_39.py").write_text("import not_installed_39\n")
+    monkeypatch.chdir(tmp_path)
+    try:
+        with pytest.raises(ModuleNotFoundError, match="not_installed_39"):
+            depth.load_forward("needs_missing_39:f")
+    finally:
+        sys.modules.pop("needs_missing_39", None)
+
+
+def test_the_inputs_are_passed_by_name_whatever_order_the_forward_takes_them(tmp_path):
+    path = tmp_path / "swapped.py"
+    path.write_text("def f(W, X):\n    return X @ W\n")
+    counts, tab = depth.forward_tables(f"{path}:f", {"X": ("T", "d"), "W": ("d", "3")}, [5], 2)
+    assert dict(zip(counts.part, counts.macs)) == {"W": 5 * 2 * 3}
+    tr = depth.trace_forward(lambda X, **weights: X @ weights["W"],
+                             {"X": ("T", "d"), "W": ("d", "d")}, 3, 2)
+    assert tr.macs_by_part() == {"W": 12}
+
+
+@pytest.mark.parametrize("source, shapes, message", [
+    ("def f(X, W):\n    return X @ W\n", ["X=T,d", "Q=d,d"],
+     "--shape: {spec} takes no input named 'Q' (its inputs: X, W)"),
+    ("def f(X, W):\n    return X @ W\n", ["X=T,d"],
+     "--shape: {spec} needs its input 'W' too (its inputs: X, W); give each one a shape, e.g. "
+     "W=d,d"),
+    ("def f(X, W, /):\n    return X @ W\n", ["X=T,d", "W=d,d"],
+     "--shape: {spec} takes 'X' by position only, but the inputs are passed by name; drop the "
+     "'/' from its parameters"),
+    ("def f(*inputs):\n    return inputs[0]\n", ["X=T,d"],
+     "--shape: {spec} takes no input named 'X' (it names none of its inputs)"),
+])
+def test_a_shape_the_forward_does_not_take_is_refused_by_name(source, shapes, message, tmp_path,
+                                                              capsys):
+    path = tmp_path / "sig.py"
+    path.write_text(source)
+    spec = f"{path}:f"
+    argv = ["depth", "--forward", spec, *[a for s in shapes for a in ("--shape", s)], "--T", "4",
+            "--d", "2", "--no-measure", "--quiet"]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"harness depth: error: {message.format(spec=spec)}\n"
+    with pytest.raises(ValueError, match="^shapes: "):
+        depth.trace_forward(spec, dict(depth.parse_shape(s) for s in shapes), 4, 2)
+
+
+def test_a_shape_too_large_to_trace_names_the_shape(tmp_path, capsys):
+    path = tmp_path / "big.py"
+    path.write_text("def f(X, W):\n    return X @ W\n")
+    argv = ["depth", "--forward", f"{path}:f", "--shape", "X=T,d", "--shape",
+            "W=99999999999999999999,d", "--T", "4", "--d", "2", "--no-measure", "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harness depth: error: --shape: W=99999999999999999999,d at T = 4, "
+                          "d = 2 is 199,999,999,999,999,999,998 elements; the traced inputs need "
+                          "about 1,600,000,000,000,000,000,048 bytes"), err
+    assert err.endswith("are available; give smaller dimensions\n") and err.count("\n") == 1
+    shapes = {"X": ("T", "d"), "W": ("30", "d")}      # 10 and 60 elements, 8 bytes each
+    with pytest.raises(MemoryError, match=r"^--shape: W=30,d at T = 5, d = 2 is 60 elements; "
+                                          r"the traced inputs need about 560 bytes \(5\.22e-07 "
+                                          r"GiB, 8 a traced element\) but only 0\.00 GiB"):
+        depth.check_forward_memory(shapes, 5, 2, available=559, arg="--shape")
+    depth.check_forward_memory(shapes, 5, 2, available=560)
+    with pytest.raises(ValueError, match=r"^shapes: W=10000000000,d at T = 3"):
+        depth.trace_forward(lambda X, W: X @ W.T, {"X": ("T", "d"), "W": ("10000000000", "d")},
+                            3, 2)

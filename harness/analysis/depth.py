@@ -39,6 +39,7 @@ Conventions, named once:
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -276,12 +277,137 @@ def load_forward(spec, arg="--forward"):
         try:
             module = importlib.import_module(mod)
         except ModuleNotFoundError as e:
+            if e.name is not None and e.name != mod and not mod.startswith(e.name + "."):
+                raise              # a module their code imports is missing: their error
             raise ValueError(f"{arg}: cannot import {mod!r} ({e}); run from the folder that holds "
                              f"it, set PYTHONPATH, or give file.py:function") from None
     f = getattr(module, fn, None)
     if not callable(f):
         raise ValueError(f"{arg}: {mod!r} has no function {fn!r}")
     return f
+
+
+def check_inputs(f, names, name, arg="shapes"):
+    """Refuse, naming it, an input of ``names`` that the forward ``f`` does not take by name,
+    and an input it needs that ``names`` lacks: the inputs are passed by keyword. A callable
+    whose signature Python cannot read is called as it is."""
+    import inspect
+    try:
+        params = inspect.signature(f).parameters
+    except (TypeError, ValueError):
+        return
+    P = inspect.Parameter
+    by_name = (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
+    takes = [p.name for p in params.values() if p.kind in by_name]
+    its = f"its inputs: {', '.join(takes)}" if takes else "it names none of its inputs"
+    for n in names:
+        p = params.get(n)
+        if p is not None and p.kind == P.POSITIONAL_ONLY:
+            raise ValueError(f"{arg}: {name} takes {n!r} by position only, but the inputs are "
+                             f"passed by name; drop the '/' from its parameters")
+        if (p is None or p.kind in (P.VAR_POSITIONAL, P.VAR_KEYWORD)) and not any(
+                q.kind == P.VAR_KEYWORD for q in params.values()):
+            raise ValueError(f"{arg}: {name} takes no input named {n!r} ({its})")
+    for p in params.values():
+        if p.default is P.empty and p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD,
+                                               P.KEYWORD_ONLY) and p.name not in names:
+            raise ValueError(f"{arg}: {name} needs its input {p.name!r} too ({its}); give each "
+                             f"one a shape, e.g. {p.name}=d,d")
+
+
+TRACED_BYTES = 8        # a traced input keeps a float32 and an int32 per element (trace.leaf)
+
+
+def check_forward_memory(shapes, T, d, available=None, arg="shapes"):
+    """MemoryError naming the largest input of ``shapes`` when the traced inputs alone, at this
+    T and d, would not fit in memory (or have more elements than an array can)."""
+    sizes = {}
+    for k, dims in dict(shapes).items():
+        n = 1
+        for tok in dims:
+            n *= _size(tok, T, d)
+        sizes[k] = n
+    need = TRACED_BYTES * sum(sizes.values())
+    avail = available_memory_bytes() if available is None else available
+    if need > avail or max(sizes.values()) > 2**62:
+        k = max(sizes, key=sizes.get)
+        raise MemoryError(f"{arg}: {k}={','.join(dict(shapes)[k])} at T = {T}, d = {d} is "
+                          f"{sizes[k]:,} elements; the traced inputs need about {need:,} bytes "
+                          f"({need / 2**30:.3g} GiB, {TRACED_BYTES} a traced element) but only "
+                          f"{avail / 2**30:.2f} GiB are available; give smaller dimensions")
+
+
+def _not_theirs():
+    """Where the frames that are not the user's code lie: the harness and importlib."""
+    import importlib
+
+    import harness
+    return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                 for m in (harness, importlib)) + ("<frozen ",)
+
+
+def _theirs(filename):
+    """Whether a frame's file is the user's code: neither the harness's nor importlib's."""
+    return not filename.startswith(_not_theirs())
+
+
+def _libraries():
+    """Folders whose frames are not where a user's mistake is: the standard library, NumPy,
+    SciPy."""
+    import sysconfig
+
+    import numpy as np
+    import scipy
+    return tuple(os.path.abspath(p) + os.sep for p in (
+        sysconfig.get_paths()["stdlib"], os.path.dirname(np.__file__),
+        os.path.dirname(scipy.__file__)))
+
+
+def user_error(exc, spec, doing):
+    """``exc``, raised by the user's code while ``doing`` (importing their file, tracing their
+    forward ``spec``), as a ``UserCodeError``: one line naming their file, line and exception,
+    with their own frames (the harness's and importlib's left out) to print below it.
+
+    None when ``exc`` is not theirs: a signal's KeyboardInterrupt, an exception no frame of
+    theirs raised (a bad ``spec``, a check of the forward's output), or the tracer refusing
+    an operation (a TypeError, ValueError or IndexError raised inside the harness, whose
+    message names their line already)."""
+    import traceback
+
+    from harness.infra.files import UserCodeError
+    if isinstance(exc, KeyboardInterrupt):
+        return None
+    original = exc
+    if exc.__cause__ is not None and not any(
+            _theirs(f.filename) for f in traceback.extract_tb(exc.__traceback__)):
+        original = exc.__cause__                  # trace_forward named it: what they raised
+    tb = traceback.extract_tb(original.__traceback__)
+    frames = [f for f in tb if _theirs(f.filename)]
+    syntax = isinstance(original, SyntaxError) and bool(original.filename) and \
+        _theirs(os.path.abspath(original.filename))
+    if not frames and not syntax:
+        return None
+    if tb and tb[-1].filename.startswith(_not_theirs()[0]) \
+            and isinstance(original, (TypeError, ValueError, IndexError)):
+        return None
+    text = traceback.StackSummary.from_list(frames).format() if frames else []
+    if syntax:
+        file, line = original.filename, original.lineno
+        text += traceback.format_exception_only(type(original), original)[:-1]
+    else:
+        libs = _libraries()
+        at = next((f for f in reversed(frames) if not f.filename.startswith(libs)), frames[-1])
+        file, line = at.filename, at.lineno
+    kind = type(original).__name__
+    if isinstance(original, SystemExit):
+        what = f"{kind}: sys.exit({original.code!r}) was called; a forward returns its output"
+    elif isinstance(original, SyntaxError):
+        what = f"{kind}: {original.msg}"
+    else:
+        message = str(original).strip().splitlines()
+        what = f"{kind}: {message[0]}" if message else kind
+    return UserCodeError(f"--forward: {file}:{line}: {what} (raised while {doing}; your code's "
+                         f"frames below)", "".join(text))
 
 
 def _user_line(exc):
@@ -305,8 +431,9 @@ def trace_forward(forward, shapes, T, d, name=None):
     traces a family's, without registering a family.
 
     ``forward``: a function or ``package.module:function``; it is called with one traced array
-    per entry of ``shapes`` ({input name: dimensions}, in the order it takes them; dimensions
-    ints, "T", "d" or "k*T", as ``parse_shape`` reads them). The first input is the sequence:
+    per entry of ``shapes`` ({input name: dimensions}, each passed by its name, which the
+    forward must take: ``check_inputs``; dimensions ints, "T", "d" or "k*T", as
+    ``parse_shape`` reads them). The first entry is the sequence:
     its axis -2 is T and its row 0 is input position 1. The others are weights: a product with
     one is counted under its name. The forward returns an array (..., T, width) or a tuple
     whose first such array is the output whose position T ``max_path`` reads. An operation the
@@ -323,20 +450,29 @@ def trace_forward(forward, shapes, T, d, name=None):
     if len(dims) < 2 or dims[-2] != "T":
         raise ValueError(f"shapes: the first input ({first}) is the sequence, its second-to-last "
                          f"dimension must be T, got {first}={','.join(dims)}")
+    check_inputs(f, shapes, name)
+    try:
+        check_forward_memory(shapes, T, d)
+    except MemoryError as e:
+        raise ValueError(str(e)) from None
     t0 = time.perf_counter()
     g = trace.Graph(weight_parts={k: k for k in list(shapes)[1:]})
     label = {"T": "T", "d": "d_model"}
-    args = []
+    inputs = {}
     for i, (k, dims) in enumerate(shapes.items()):
         shape = tuple(_size(tok, T, d) for tok in dims)
         axes = tuple(label.get(tok, "?") for tok in dims)
-        args.append(trace.leaf(g, k, shape, axes, source_row=0 if i == 0 else None))
+        inputs[k] = trace.leaf(g, k, shape, axes, source_row=0 if i == 0 else None)
     try:
-        out = f(*args)
+        out = f(**inputs)
     except (TypeError, ValueError, IndexError) as e:
         if "(called at" in str(e):
             raise
-        raise type(e)(f"tracing {name}: {e}{_user_line(e)}") from e
+        try:
+            named = type(e)(f"tracing {name}: {e}{_user_line(e)}")
+        except Exception:               # a class of theirs that takes other arguments
+            raise e from None
+        raise named from e
     outputs = out if isinstance(out, tuple) else (out,)
     if not outputs or not all(isinstance(o, trace.Traced) for o in outputs):
         raise TypeError(f"tracing {name}: the forward must return a traced array or a tuple of "

@@ -72,9 +72,9 @@ def add_arguments(p):
                    help="trace this plain NumPy forward instead of the families "
                         "(package.module:function or path/to/file.py:function)")
     p.add_argument("--shape", action="append", default=None, metavar="NAME=DIMS",
-                   help="with --forward: one input of the forward, in the order it takes them, "
-                        "the sequence first (X=T,d); each dimension an integer, T (each --T), d "
-                        "(--d) or k*d; repeat for each input")
+                   help="with --forward: one input of the forward, by the name it takes it "
+                        "under, the sequence first (X=T,d); each dimension an integer, T (each "
+                        "--T), d (--d) or k*d; repeat for each input")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -104,6 +104,16 @@ def configs(args):
         args.shapes = dict(shapes)
         try:
             args.forward_fn = depth.load_forward(args.forward)   # an import error before any work
+        except BaseException as e:
+            module = args.forward.rpartition(":")[0]
+            theirs = depth.user_error(e, args.forward, f"importing {module}")
+            if theirs is not None:
+                raise theirs from e
+            if isinstance(e, ValueError):
+                raise UsageError(str(e)) from None
+            raise
+        try:
+            depth.check_inputs(args.forward_fn, names, args.forward, arg="--shape")
         except ValueError as e:
             raise UsageError(str(e)) from None
     for name, vals in (("--T", args.T), ("--schedule-T", args.schedule_T),
@@ -131,6 +141,12 @@ def configs(args):
         raise UsageError(f"--measure-T: needs at least 2 distinct values to fit exponents and a "
                          f"crossover, got {numbers(args.measure_T)} (or use --no-measure)")
     avail = available_memory_bytes()
+    if args.forward is not None:
+        try:
+            depth.check_forward_memory(args.shapes, max(args.T), args.d, available=avail,
+                                       arg="--shape")
+        except MemoryError as e:
+            raise UsageError(str(e)) from None
     for name, Ts in (() if args.forward else (("--T", args.T), ("--schedule-T", args.schedule_T))):
         for model in models.NAMES:
             try:
@@ -183,8 +199,14 @@ def _run_forward(args, dcfg, scfg, wcfg, out_dir):
     t0 = time.perf_counter()
     progress = Progress("harness depth", args.quiet)
     progress.line(f"tracing {args.forward} at {len(dcfg.T_values)} lengths")
-    counts, table = depth.forward_tables(args.forward_fn, args.shapes, dcfg.T_values, dcfg.d,
-                                         name=args.forward)
+    try:
+        counts, table = depth.forward_tables(args.forward_fn, args.shapes, dcfg.T_values, dcfg.d,
+                                             name=args.forward)
+    except BaseException as e:
+        theirs = depth.user_error(e, args.forward, f"tracing {args.forward}")
+        if theirs is None:
+            raise
+        raise theirs from e
     _print(f"multiplications of {args.forward} by part (d = {dcfg.d}; a product with an input "
            "is counted under its name; grid: every pair of positions, mix: a sum over "
            "positions; flops = 2 x macs)", counts)

@@ -25,6 +25,16 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
+class UserCodeError(UsageError):
+    """The user's own code (``depth --forward``'s file or function) raised: the message is one
+    line naming their file, line and exception; ``frames`` their own frames, printed below it
+    (the harness's left out); exit status 2. Its ``__cause__`` is what they raised."""
+
+    def __init__(self, message, frames=""):
+        super().__init__(message)
+        self.frames = frames
+
+
 _CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab",
                   "\x00": "a NUL byte"}
 
@@ -101,7 +111,8 @@ def _probe(folder, arg):
         try:
             probe = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=folder)
         except OSError as e:
-            raise UsageError(f"{arg}: cannot write in {str(folder)!r}: {e.strerror or e}") from None
+            why = e.strerror or e
+            raise UsageError(f"{arg}: cannot write in {str(folder)!r}: {why}") from None
         os.rmdir(probe)
 
 
