@@ -443,3 +443,80 @@ def test_the_stored_rows_follow_from_the_stored_samples_under_the_gates_rule():
     with open(ROOT / "benchmarks" / "gate_rates.csv", newline="") as f:
         want = list(csv.DictReader(f))
     assert [{k: str(v) for k, v in r.items()} for r in got] == want
+
+
+# --------------------------------------------------------------------------- an old base
+
+def _old_tree(tmp_path, lacks):
+    """A tree whose harness is this checkout's but for ``harness.<lacks>``, which it does not
+    have yet (an empty module in its place). Without ``models`` the suite meets an error
+    setting a point up; without ``infra`` it cannot even be imported."""
+    pkg = tmp_path / "old" / "harness"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"__path__.append({str(ROOT / 'harness')!r})\n")
+    (pkg / f"{lacks}.py").write_text('"""Not yet what the suite uses."""\n')
+    return pkg.parent
+
+
+@pytest.mark.parametrize("lacks", ["models", "infra"])
+def test_a_base_too_old_for_the_suite_is_said_before_any_point_is_set_up(tmp_path, lacks):
+    """A base older than the suite failed after every point's set-up (82 s) with one line
+    listing every point, then an AttributeError (#39): the probe finds it first."""
+    said = []
+    with open(tmp_path / "log", "w") as log:
+        with pytest.raises(bench_gate.BaseTooOld) as e:
+            bench_gate.run({"base": _old_tree(tmp_path, lacks), "head": ROOT}, rounds=1,
+                           processes=2, placements=1, min_sample_s=0.001, say=said.append,
+                           log=log)
+    assert not [line for line in said if "set up" in line], said      # nothing was timed
+    if lacks == "models":
+        assert e.value.point == "AttentionDecayRate.track_fitted_factor()"    # tracks first
+    else:
+        assert e.value.point is None and str(e.value).startswith("loading the suite failed: ")
+    assert e.value.error.startswith("ImportError: cannot import name ") and \
+        f"harness.{lacks}" in e.value.error, e.value.error
+    message = bench_gate.too_old("abc123", e.value)
+    last = subprocess.run(["git", "log", "-1", "--format=%h %cs", "--", "benchmarks"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.split()
+    assert message == (f"--base abc123 is too old for this checkout's benchmark suite "
+                       f"(benchmarks/): {e.value}. Its harness lacks what the suite uses; this "
+                       f"suite was last changed in {last[0]} ({last[1]}): a base from there on "
+                       f"runs it; choose a later --base, or time that commit with its own suite "
+                       f"(asv run).")
+    assert len(message) < 600                      # not a list of every point
+
+
+def test_the_probe_sets_up_one_point_of_each_class_the_tracked_first():
+    from benchmarks import common
+    probe = bench_gate.probe_points(bench_gate.suite_points(common))
+    assert probe == ["AttentionDecayRate.track_fitted_factor()",
+                     "DecayRate.track_fitted_factor(identity, 0.5)",
+                     f"Depth.track_multiplications({common.MODELS[0]}, 64)",
+                     f"Kernels.time_backward({common.MODELS[0]}, small)"]
+
+
+def test_a_rows_base_and_head_times_are_those_the_ratio_is_of():
+    """base ms 39.1 and head ms 44.3 (1.13 x) were shown beside head/base 1.012 (#39): the
+    times were the medians of all samples, the ratio that of the processes' medians'
+    geometric means. Now the times are those geometric means."""
+    base = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [4.0, 4.0, 4.0]])
+    head = np.array([[1.0, 1.1, 0.9], [3.0, 3.0, 3.0], [3.0, 3.0, 3.0], [3.0, 3.0, 3.0]])
+    row = bench_gate.point_row("p", "head", base, head, 8)
+    assert row["base_s"] == pytest.approx(8 ** 0.25, rel=1e-12)             # (1 1 2 4)^(1/4)
+    assert row["head_s"] == pytest.approx(27 ** 0.25, rel=1e-12)
+    assert row["head_s"] / row["base_s"] == pytest.approx(row["ratio"], rel=1e-12)
+    assert np.median(head) / np.median(base) == 2.0 != pytest.approx(row["ratio"])  # the old way
+    assert row["aa_ratio"] == pytest.approx(math.sqrt(8)) and row["floor"] == row["aa_ratio"] - 1
+    assert row["verdict"] == bench_gate.verdict(row["ratio"], row["lo"], row["hi"], row["floor"])
+    shown = bench_gate.render({"points": [row], "tracks": {}}).splitlines()[1].split()
+    assert float(shown[2]) / float(shown[1]) == pytest.approx(float(shown[3]), abs=2e-3)
+
+
+def test_a_run_without_track_points_says_so_rather_than_0_of_0():
+    assert bench_gate.render({"points": [], "tracks": {}, "bench": "rnn"}).splitlines()[-1] == \
+        "track_ numbers: none compared (no track_ point matches --bench rnn)"
+    assert bench_gate.render({"points": [], "tracks": {}}).splitlines()[-1] == \
+        "track_ numbers: none compared (the suite has none)"
+    tracks = {"a": {"base": "1.0", "head": "1.0", "verdict": "same"}}
+    assert bench_gate.render({"points": [], "tracks": tracks, "bench": "a"}).splitlines()[-1] == \
+        "track_ numbers: 1 of 1 exactly equal"

@@ -11,6 +11,9 @@ suite (``benchmarks/``), as asv would run them, but in one run of a few minutes:
    each copy's arrays at other addresses, and keeps them, compiled, for the whole run.
    Each process starts with a layout of its own (``shuffle_layout``: random allocations
    first, an environment of a random size), so that processes of one tree do not share one.
+   Before any of that, one base worker sets up one point of each class (``probe_points``):
+   a base older than this suite, whose harness lacks what the suite uses, is said at once
+   (``too_old``), not after every point's set-up.
 2. ``rounds`` rounds follow. In each, every point is timed once by every process, the points
    and the processes in an order shuffled from a fixed seed, one at a time, every process
    pinned to the same CPU; a sample is the mean CPU time (``CLOCK``: other processes' load
@@ -32,8 +35,9 @@ suite (``benchmarks/``), as asv would run them, but in one run of a few minutes:
    last bit; any difference is flagged.
 
 Exit status: 0 nothing flagged, 1 something flagged, 2 the gate could not run (a bad
-``--base``, a shallow clone without it, a worker that failed). A commit that slows a kernel
-or changes a tracked number on purpose says so in its message with a trailer line
+``--base``, a shallow clone without it, a base too old for the suite, a worker that failed).
+A commit that slows a kernel or changes a tracked number on purpose says so in its message
+with a trailer line
 ``Bench-Accept: <regular expression>``; flagged points whose name the expression matches
 (``re.search``) are reported as accepted and do not fail the gate.
 """
@@ -85,6 +89,22 @@ TIMED_CLASSES = ("Kernels",)                               # the gate's timed po
 
 class GateError(Exception):
     """The gate could not run: the message says why and what to do (exit status 2)."""
+
+
+# what the suite meets in a harness older than itself: a name, a module or an argument its
+# code uses that the harness does not have yet
+API_ERRORS = ("AttributeError", "ImportError", "ModuleNotFoundError", "NameError", "TypeError",
+              "KeyError")
+
+
+class BaseTooOld(GateError):
+    """The base's harness cannot run this checkout's suite: found by the probe, before any
+    point is set up for timing. ``point``: what failed (None: loading the suite)."""
+
+    def __init__(self, point, error):
+        super().__init__(f"{'setting up ' + point if point else 'loading the suite'} failed: "
+                         f"{error}")
+        self.point, self.error = point, error
 
 
 # --------------------------------------------------------------------------- git
@@ -207,7 +227,12 @@ def worker(tree, suite_root, cpu=None, placements=1):
     where = pathlib.Path(harness.__file__).resolve()
     if pathlib.Path(tree).resolve() not in where.parents:
         raise SystemExit(f"bench_gate worker: harness imported from {where}, not from {tree}")
-    common = _load_suite(suite_root)
+    try:
+        common = _load_suite(suite_root)
+    except Exception as e:                  # a harness the suite cannot even import with
+        proto.write(json.dumps({"error": f"{type(e).__name__}: {e}", "loading": True}) + "\n")
+        proto.flush()
+        return 1
     points = {pid: (kind, cls, method, combo)
               for pid, kind, cls, method, combo in suite_points(common)}
     import numpy as np
@@ -230,10 +255,12 @@ def worker(tree, suite_root, cpu=None, placements=1):
     for line in sys.stdin:
         req = json.loads(line)
         op = req["op"]
+        current = req.get("id")             # the point an error is named by
         try:
             if op == "setup":
                 status = {}
                 for pid in req["points"]:
+                    current = pid
                     if pid not in points:
                         status[pid] = "missing"
                         continue
@@ -286,7 +313,7 @@ def worker(tree, suite_root, cpu=None, placements=1):
             else:
                 answer({"error": f"unknown op {op!r}"})
         except Exception as e:                          # reported, and the driver decides
-            answer({"error": f"{type(e).__name__}: {e}"})
+            answer({"error": f"{type(e).__name__}: {e}", "point": current})
 
 
 def shuffle_layout(rng=None):
@@ -348,7 +375,12 @@ class Worker:
              "--suite-root", str(suite_root), "--placements", str(placements), *pin],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log or subprocess.DEVNULL,
             text=True, env=env, cwd=str(tree))
-        self.harness = self._read()["harness"]
+        ready = self._read()
+        if "error" in ready:
+            self.close()
+            raise BaseTooOld(None, ready["error"]) if label.startswith("base") else GateError(
+                f"the {label} worker ({tree}) could not load the suite: {ready['error']}")
+        self.harness = ready["harness"]
 
     def _read(self):
         line = self.proc.stdout.readline()
@@ -365,7 +397,9 @@ class Worker:
     def receive(self):
         out = self._read()
         if "error" in out:
-            raise GateError(f"the {self.label} worker failed on {self._last}: {out['error']}")
+            what = (f"setting up {out['point']}" if self._last.get("op") == "setup" and
+                    out.get("point") else f"{self._last.get('op')} {out.get('point') or ''}")
+            raise GateError(f"the {self.label} worker failed {what.strip()}: {out['error']}")
         return out
 
     def ask(self, **req):
@@ -432,6 +466,24 @@ def process_ratio(head, base, confidence=None):
     return math.exp(d), math.exp(d - t * se), math.exp(d + t * se)
 
 
+def point_row(pid, label, base, head, calls, min_change=MIN_CHANGE):
+    """One timed point's row of the report, from its (processes, rounds) samples: the ratio,
+    its interval, the A/A ratio and floor, the verdict, and base_s / head_s, each side's
+    geometric mean of its processes' medians: the numbers the ratio is of, so that
+    head_s / base_s is the ratio shown beside them (the median of all samples was not)."""
+    import numpy as np
+    ratio, lo, hi = process_ratio(head, base)
+    aa = aa_ratio(base)
+    floor = floor_of(aa, min_change)
+    gm = {k: float(np.exp(np.log(process_medians(x)).mean())) for k, x in
+          (("base", base), ("head", head))}
+    return {"id": pid, "label": label, "calls_per_sample": calls,
+            "base_s": gm["base"], "head_s": gm["head"],
+            "ratio": ratio, "lo": lo, "hi": hi, "aa_ratio": aa, "floor": floor,
+            "verdict": verdict(ratio, lo, hi, floor),
+            "samples": {"base": np.asarray(base).tolist(), label: np.asarray(head).tolist()}}
+
+
 def aa_ratio(base):
     """The A/A ratio of the same run: the base's processes in two halves (the first half and
     the rest, by start order), the geometric mean of one half's medians over the other's:
@@ -496,6 +548,17 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
                          or re.search(only[label], p)] for label in order}
         t0 = time.perf_counter()
         status = {}
+        # up front: can the base's harness run this suite at all? One point of each class,
+        # set up by one base worker before any other work (kept: set up once)
+        probe = probe_points(all_points)
+        if probe:
+            try:
+                workers[("base", 0)].ask(op="setup", points=probe)
+            except GateError as e:
+                m = re.fullmatch(r"the \S+ worker failed setting up (.+?): (.*)", str(e), re.S)
+                if m and m.group(2).startswith(API_ERRORS):
+                    raise BaseTooOld(*m.groups()) from None
+                raise
         # set up side by side, on every CPU: first one worker of each tree, which compiles
         # what its tree's Numba cache lacks, then the others, which load it from there
         for first in (True, False):
@@ -544,8 +607,6 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
             points.append({"id": pid, "verdict": "skipped", "why": why})
             continue
         a = samples[("base", pid)]
-        aa = aa_ratio(a)
-        floor = floor_of(aa, min_change)
         for label in order[1:]:
             if (label, pid) not in samples:
                 if pid in wants[label]:
@@ -554,19 +615,36 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
                                                 for k in range(processes)
                                                 if status[(label, k)].get(pid) != "ok"), None)})
                 continue
-            b = samples[(label, pid)]
-            ratio, lo, hi = process_ratio(b, a)
-            points.append({"id": pid, "label": label, "calls_per_sample": numbers[pid],
-                           "base_s": float(np.median(a)), "head_s": float(np.median(b)),
-                           "ratio": ratio, "lo": lo, "hi": hi, "aa_ratio": aa, "floor": floor,
-                           "verdict": verdict(ratio, lo, hi, floor),
-                           "samples": {"base": a.tolist(), label: b.tolist()}})
-    return {"points": points,
+            points.append(point_row(pid, label, a, samples[(label, pid)], numbers[pid],
+                                    min_change))
+    return {"points": points, "bench": bench,
             "tracks": {pid: {"base": b, "head": h, "verdict": v}
                        for pid, (b, h, v) in tracks.items()},
             "load": load, "cpu": cpu, "clock": clock, "rounds": rounds, "min_sample_s": min_sample_s,
             "placements": placements, "processes": processes,
             "min_change": min_change, "seconds": time.perf_counter() - t_start}
+
+
+def probe_points(points):
+    """The first point of each class, the deterministic (tracked) classes first: what the
+    gate sets up in one base worker before anything else, to learn at once whether the
+    base's harness can run this suite. ``points``: ``suite_points``'s."""
+    first = {}
+    for pid, kind, cls, method, combo in points:
+        first.setdefault(cls.__name__, (kind != "track", pid))
+    return [pid for _, pid in sorted(first.values())]
+
+
+def too_old(rev, e, cwd=ROOT):
+    """What the gate says when ``rev``'s harness cannot run this checkout's suite (``e``, a
+    ``BaseTooOld``), before it has timed anything."""
+    last = _git("log", "-1", "--format=%h %cs", "--", "benchmarks", cwd=cwd,
+                check=False).stdout.split()
+    since = (f"this suite was last changed in {last[0]} ({last[1]}): a base from there on runs "
+             f"it; " if len(last) == 2 else "")
+    return (f"--base {rev} is too old for this checkout's benchmark suite (benchmarks/): "
+            f"{e}. Its harness lacks what the suite uses; {since}choose a later --base, or "
+            f"time that commit with its own suite (asv run).")
 
 
 def exactly(ids):
@@ -610,6 +688,8 @@ def flagged(report):
 
 def render(report):
     """The gate's table: one line per timed point and per track that is not unchanged."""
+    # base ms, head ms: each side's geometric mean of its processes' medians (head/base is
+    # their ratio); A/A: base's processes, one half over the other
     lines = [f"{'point':<44} {'base ms':>9} {'head ms':>9} {'head/base [95 % interval]':>27} "
              f"{'A/A':>6} {'floor':>7}  verdict"]
     for p in report["points"]:
@@ -625,7 +705,13 @@ def render(report):
                          f"[{c['lo']:.3f}, {c['hi']:.3f}]   {c['aa_ratio']:6.3f} "
                          f"{100 * c['floor']:5.1f} %  {c['verdict']}")
     n_same = sum(t["verdict"] == "same" for t in report["tracks"].values())
-    lines.append(f"track_ numbers: {n_same} of {len(report['tracks'])} exactly equal")
+    if report["tracks"]:
+        lines.append(f"track_ numbers: {n_same} of {len(report['tracks'])} exactly equal")
+    elif report.get("bench"):
+        lines.append(f"track_ numbers: none compared (no track_ point matches --bench "
+                     f"{report['bench']})")
+    else:
+        lines.append("track_ numbers: none compared (the suite has none)")
     for pid, t in report["tracks"].items():
         if t["verdict"] != "same":
             lines.append(f"  {pid}: base {t['base']}, head {t['head']}  {t['verdict']}")
@@ -708,6 +794,8 @@ def main(argv=None):
                               f"processes: {', '.join(slower)}")
                         again = run(trees, bench=exactly(slower), **settings)
                         confirm(report, again)
+                except BaseTooOld as e:
+                    raise GateError(too_old(args.base, e)) from None
                 except GateError:
                     log.flush()
                     sys.stderr.write((pathlib.Path(tmp) / "workers.log").read_text()[-4000:])
