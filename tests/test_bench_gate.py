@@ -487,7 +487,11 @@ def test_a_base_too_old_for_the_suite_is_said_before_any_point_is_set_up(tmp_pat
 
 
 def test_the_probe_sets_up_one_point_of_each_class_the_tracked_first():
+    import importlib
+
     from benchmarks import common
+    for module in ("bench_analysers", "bench_kernels", "bench_machine"):   # they fill CLASSES
+        importlib.import_module(f"benchmarks.{module}")
     probe = bench_gate.probe_points(bench_gate.suite_points(common))
     assert probe == ["AttentionDecayRate.track_fitted_factor()",
                      "DecayRate.track_fitted_factor(identity, 0.5)",
