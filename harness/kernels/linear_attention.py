@@ -61,7 +61,6 @@ from numba import njit
 
 from harness.infra import validate as v
 from harness.infra import workspace
-from harness.kernels.blas import matmul
 from harness.kernels.vmath import exp_shifted_inplace, row_dot
 
 METHODS = ("recurrent", "parallel", "chunked")
@@ -605,6 +604,24 @@ def _projection_grads(X2, Wq, Wk, Wv1, dQ, dK, dV1, dX, dWq, dWk, dWv1, part):
     np.dot(dV1.T, X2, dWv1)
 
 
+@njit(cache=True, error_model="numpy")
+def _scores(X2, w_a, b_a, s):
+    # s (B T,) float64 = x_t . w_a + b_a, each product exact in float64 (float32 inputs): a
+    # float32 dot rounds s_t by eps sum_m |x_tm w_am|, which moves every a_t
+    for r in range(X2.shape[0]):
+        s[r] = row_dot(X2[r], w_a, X2.shape[1]) + b_a
+
+
+@njit(cache=True, error_model="numpy")
+def _score_grads(X2, ds, dw_a):
+    # dw_a (d_model,) float64 = X^T ds, ds (B T,) float64: reverses s_t = x_t . w_a + b_a
+    dw_a[:] = 0.0
+    for r in range(X2.shape[0]):
+        x, g = X2[r], ds[r]
+        for m in range(X2.shape[1]):
+            dw_a[m] += np.float64(x[m]) * g
+
+
 # ------------------------------------------------------------------------- public
 
 class LinearAttentionGrads(NamedTuple):
@@ -756,7 +773,8 @@ def _log_decay(p, X2):
         return np.zeros((B, T)), None
     if p.decay == "constant":
         return np.full((B, T), math.log(p.gamma)), None
-    s = matmul(X2, p.w_a[:, None]).ravel().astype(np.float64) + p.b_a
+    s = np.empty(B * T)
+    _scores(X2, p.w_a, p.b_a, s)
     return (-np.logaddexp(0.0, s)).reshape(B, T), s            # log a_t = -softplus(s_t)
 
 
@@ -937,7 +955,7 @@ def backward(X, Wq, Wk, Wv, dY, decay=None, gamma=None, w_a=None, b_a=None, norm
     dw_a = db_a = ds = None
     if selective:
         # log a_t = -softplus(s_t): dlog a / ds = -sigmoid(s_t) = -exp(-softplus(-s_t))
-        ds = (-np.exp(-np.logaddexp(0.0, -f.s)) * dell.ravel()).astype(dt)
+        ds = -np.exp(-np.logaddexp(0.0, -f.s)) * dell.ravel()            # float64 (B T,)
     _phi_grad_inplace(dFQ.reshape(-1), f.FQ.reshape(-1))
     _phi_grad_inplace(dFK.reshape(-1), f.FK.reshape(-1))
     dX = np.empty((B * T, d_model), dtype=dt)
@@ -946,9 +964,10 @@ def backward(X, Wq, Wk, Wv, dY, decay=None, gamma=None, w_a=None, b_a=None, norm
                       dV1.reshape(B * T, w), dX, dWq, dWk, dWv1,
                       workspace.buffer("linear_dX_part", (min(_PART_ROWS, B * T), d_model), dt))
     if ds is not None:                               # s_t = x_t . w_a + b_a
-        dX += ds[:, None] * p.w_a[None, :]
-        dw_a = matmul(X2.T, ds[:, None]).ravel()
-        db_a = dt.type(ds.sum(dtype=np.float64))
+        dX += ds.astype(dt)[:, None] * p.w_a[None, :]
+        dw_a = np.empty(d_model)                     # sums over every step in float64, rounded
+        _score_grads(X2, ds, dw_a)                   # once: float32 keeps its digits
+        dw_a, db_a = dw_a.astype(dt), dt.type(ds.sum())
     grads = LinearAttentionGrads(dX.reshape(p.X.shape), dWq, dWk,
                                  np.ascontiguousarray(dWv1[:d_v]), dw_a, db_a)
     for name, g in zip(grads._fields, grads):
