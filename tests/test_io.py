@@ -58,7 +58,7 @@ def test_masked_arrays_are_refused():
 
 
 # Sends the signal at one chosen moment of the command's own file operations: just before or
-# just after the first os.mkdir, os.rmdir or os.replace whose path's name matches a regular
+# just after the first os.mkdir, os.rmdir, os.replace or os.open whose path's name matches a regular
 # expression (HARNESS_TEST_SIGNAL_AT="after-mkdir:-probe-"). A test hook, loaded by Python at
 # start-up from PYTHONPATH; the harness knows nothing of it.
 _AT_FILE_OPERATION = """\
@@ -83,7 +83,7 @@ def _wrapped(op, real):
     return f
 
 
-for _op in ("mkdir", "rmdir", "replace"):
+for _op in ("mkdir", "rmdir", "replace", "open"):
     setattr(os, _op, _wrapped(_op, getattr(os, _op)))
 """
 
@@ -94,6 +94,8 @@ DECAY_FILES = {"decay.csv", "decay_summary.csv", "decay_clipping.csv", "decay_ad
 @pytest.mark.parametrize("command, at", [
     ("report", "after-mkdir:-probe-"),        # the --out probe, made in the parent
     ("report", "before-rmdir:-probe-"),
+    ("report", r"before-open:^\.out\.lock$"),   # the report's lock, made in the parent
+    ("report", r"after-open:^\.out\.lock$"),    # made, its pid not yet written (#39)
     ("decay", "after-mkdir:-probe-"),
     ("decay", "before-rmdir:-probe-"),
     ("decay", "after-mkdir:^out$"),           # the output folder, made by this run

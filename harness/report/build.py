@@ -180,29 +180,40 @@ def check_out(out):
 
 @contextlib.contextmanager
 def _lock(path):
-    """One report at a time per folder: a second run with the same --out refuses at once."""
+    """One report at a time per folder: a second run with the same --out refuses at once.
+
+    The lock is made and its pid written with signals held back, inside the ``try`` whose
+    ``finally`` removes it: a signal at any moment leaves no ``.<name>.lock`` behind."""
     lock = path.parent / f".{path.name}.lock"
-    while True:
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            break
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text() or 0)
-            except (OSError, ValueError):
-                pid = 0
-            if pid and signals.pid_alive(pid):
-                raise UsageError(f"--out: another harness report (pid {pid}) is writing "
-                                 f"{str(path)!r}; wait for it or choose another folder") from None
-            lock.unlink(missing_ok=True)           # left by a run killed with -9
-        except OSError as e:                       # a parent we may not write in (not root)
-            raise UsageError(f"--out: cannot write in {str(path.parent)!r}: {e.strerror}") from None
+    held = False
     try:
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
+        with signals.deferred():
+            while True:
+                try:
+                    fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                    held = True
+                    break
+                except FileExistsError:
+                    try:
+                        pid = int(lock.read_text() or 0)
+                    except (OSError, ValueError):
+                        pid = 0
+                    if pid and signals.pid_alive(pid):
+                        raise UsageError(f"--out: another harness report (pid {pid}) is "
+                                         f"writing {str(path)!r}; wait for it or choose "
+                                         f"another folder") from None
+                    lock.unlink(missing_ok=True)   # left by a run killed with -9
+                except OSError as e:               # a parent we may not write in (not root)
+                    raise UsageError(f"--out: cannot write in {str(path.parent)!r}: "
+                                     f"{e.strerror}") from None
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        if held:
+            lock.unlink(missing_ok=True)
 
 
 def build_report(out, config=REPORT, progress=None, command="harness report"):
