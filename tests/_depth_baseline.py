@@ -6,10 +6,18 @@ to the old numbers.
 Run as a script to rewrite tests/data/depth_baseline.json (slow: minutes at T = 4096):
 
     .venv/bin/python tests/_depth_baseline.py
+
+The report's lengths (REPORT_T at d = REPORT_D, where the products' and the grids' fields pass
+``DENSE_MAX`` and the tracer keeps them as row and column terms) are recorded in
+tests/data/depth_baseline_report.json with every field held dense (``all_dense``), the
+per-element values the terms must reproduce:
+
+    .venv/bin/python tests/_depth_baseline.py --report
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -17,10 +25,12 @@ import sys
 from pathlib import Path
 
 from harness import models
-from harness.analysis import trace
+from harness.analysis import field, trace
 
 PATH = Path(__file__).parent / "data" / "depth_baseline.json"
 BASELINE_T = (1, 2, 7, 64, 256, 1024, 4096)
+REPORT_PATH = PATH.with_name("depth_baseline_report.json")
+REPORT_T, REPORT_D = (50, 100, 200, 500, 1000, 2000), 512     # harness.infra.config.REPORT.depth
 EXTRA = ("linear_attention",)        # families whose forms are recorded even if not registered
 
 
@@ -40,6 +50,17 @@ def run_form(fam, form, T, d):
     X = trace.leaf(g, "X", (T, d), ("T", "d_model"), source_row=0)
     W = [trace.leaf(g, name, shape, axes) for name, shape, axes, _ in weights]
     return g, form.forward(X, *W)
+
+
+@contextlib.contextmanager
+def all_dense():
+    """Every Field kept as one dense array, however large: the dense twin of a trace."""
+    before = field.DENSE_MAX
+    field.DENSE_MAX = 1 << 62
+    try:
+        yield
+    finally:
+        field.DENSE_MAX = before
 
 
 def fingerprint(graph):
@@ -67,17 +88,21 @@ def record(g, outputs, T):
                 graph_sha256=fingerprint(g))
 
 
-def main(widths=(8, 64)):
+def main(widths=(8, 64), lengths=BASELINE_T, path=PATH):
     rows = []
     for name, (fam, form) in all_forms().items():
         for d in widths:
-            for T in BASELINE_T:
+            for T in lengths:
                 g, outputs = run_form(fam, form, T, d)
                 rows.append(dict(model=name, T=T, d=d, **record(g, outputs, T)))
                 print(name, T, d, rows[-1]["span"], rows[-1]["max_path"], file=sys.stderr, flush=True)
                 del g, outputs
-    PATH.write_text(json.dumps(rows, indent=1) + "\n")
+    path.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--report"]:
+        with all_dense():
+            main((REPORT_D,), REPORT_T, REPORT_PATH)
+    else:
+        main()
