@@ -346,9 +346,10 @@ def _not_theirs():
                  for m in (harness, importlib)) + ("<frozen ",)
 
 
-def _theirs(filename):
-    """Whether a frame's file is the user's code: neither the harness's nor importlib's."""
-    return not filename.startswith(_not_theirs())
+def _theirs(filename, skip=()):
+    """Whether a frame's file is the user's code: neither the harness's nor importlib's, nor
+    in a folder of ``skip`` (a library the harness drives, as PyTorch under ``--torch``)."""
+    return not filename.startswith(_not_theirs() + tuple(skip))
 
 
 def _libraries():
@@ -363,7 +364,7 @@ def _libraries():
         os.path.dirname(scipy.__file__)))
 
 
-def user_error(exc, spec, doing):
+def user_error(exc, spec, doing, arg="--forward", skip=()):
     """``exc``, raised by the user's code while ``doing`` (importing their file, tracing their
     forward ``spec``), as a ``UserCodeError``: one line naming their file, line and exception,
     with their own frames (the harness's and importlib's left out) to print below it.
@@ -379,12 +380,12 @@ def user_error(exc, spec, doing):
         return None
     original = exc
     if exc.__cause__ is not None and not any(
-            _theirs(f.filename) for f in traceback.extract_tb(exc.__traceback__)):
+            _theirs(f.filename, skip) for f in traceback.extract_tb(exc.__traceback__)):
         original = exc.__cause__                  # trace_forward named it: what they raised
     tb = traceback.extract_tb(original.__traceback__)
-    frames = [f for f in tb if _theirs(f.filename)]
+    frames = [f for f in tb if _theirs(f.filename, skip)]
     syntax = isinstance(original, SyntaxError) and bool(original.filename) and \
-        _theirs(os.path.abspath(original.filename))
+        _theirs(os.path.abspath(original.filename), skip)
     if not frames and not syntax:
         return None
     if tb and tb[-1].filename.startswith(_not_theirs()[0]) \
@@ -406,7 +407,7 @@ def user_error(exc, spec, doing):
     else:
         message = str(original).strip().splitlines()
         what = f"{kind}: {message[0]}" if message else kind
-    return UserCodeError(f"--forward: {file}:{line}: {what} (raised while {doing}; your code's "
+    return UserCodeError(f"{arg}: {file}:{line}: {what} (raised while {doing}; your code's "
                          f"frames below)", "".join(text))
 
 
