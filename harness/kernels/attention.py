@@ -33,7 +33,7 @@ from numba import njit
 
 from harness.infra import validate as v
 from harness.infra import workspace
-from harness.kernels import tiles
+from harness.kernels import steps, tiles
 from harness.kernels.blas import matmul
 from harness.kernels.steps import of_sequence
 from harness.kernels.vmath import exp_shifted_inplace, row_dot, row_max, row_sum, tanh_inplace
@@ -304,45 +304,68 @@ def _grid_bytes(B, T, itemsize, n, inputs=()):
 
 def tiled_bytes(B, T, d_model, d_k, d_v, itemsize, backward=False):
     """Bytes the tiled path allocates beyond its inputs and outputs: Q, K, V (and dQ, dK, dV,
-    and Y if it is recomputed, in the backward) of B T rows, and the tiles. Nothing grows
+    and Y if it is recomputed, in the backward) of B T rows, the forward's copies of X and
+    the weights when they are small (``COPY_MAX``; what a backward's inputs are compared
+    with), and the tiles. Nothing grows
     like T^2."""
     tq, tk = min(TILE_Q, T), min(TILE_K, T)
     rows = B * T * ((2 * d_k + d_v) * 2 + d_v if backward else 2 * d_k + d_v)
+    inputs = (B * T + (2 * d_k + d_v)) * d_model                     # X and the weights
+    if not backward and _copies_kept(inputs * itemsize):
+        rows += inputs                                               # their kept copies
     tiles = (2 * tq * tk + tq * d_k + tk * max(d_k, d_v) if backward else tq * tk + 2 * tq * d_v)
     parts = _PART_ROWS * d_model if backward else 0                  # dX's partial products
     per_row = 5 * B * T if backward else B * T                       # D, sigma, rho, P_ij*, j*
     return (rows + tiles + parts) * itemsize + 8 * (per_row + 3 * tq + tk)
 
 
-# The last projections made in this thread, and the fingerprints of the inputs they were
-# made from (``workspace.keep``: ``workspace.clear`` drops them with the buffers): a
-# backward whose X and weights have the same shapes, dtypes and bytes reuses them instead
-# of redoing the three GEMMs (as autograd keeps Q, K, V from the forward). At T = 512,
-# d = 256 the projections are 201 of the backward's 1,140 MFLOP.
+# The last projections made in this thread, and copies of the inputs they were made from
+# (``workspace.keep``: ``workspace.clear`` drops them with the buffers): a backward whose X
+# and weights hold the same values reuses them instead of redoing the three GEMMs (as
+# autograd keeps Q, K, V from the forward). At T = 512, d = 256 the projections are 201 of
+# the backward's 1,140 MFLOP. Copies, not digests: a BLAKE2b digest of X and the weights
+# took 134 us at T = 128, d = 64 (float32) and 1.9 ms at d = 256, more than the forward's
+# products; copying them takes 8.5 and 37 us, comparing 11 and 70 us. The copy of X is
+# a third of what Q, K and V already keep, but past the long-attention bound (64 MiB beyond
+# inputs and outputs at T = 32,768, d = 64, float32: 68 MiB with a copy): past COPY_MAX bytes
+# of inputs a digest is kept instead (under 1 % of a forward's time there).
+COPY_MAX = 4 << 20
 _KEPT = "projections"
 
 
-def _fingerprint(a):
-    """(shape, dtype, BLAKE2b-256 of the bytes) of a C-contiguous array: what the kept
-    projections were made from, without a copy of X (8 MiB at T = 32,768, d = 64, float32,
-    an eighth of the tiled backward's working memory). Equal digests: the same bytes, so
-    the same values; a change of even -0.0 for 0.0 reads as a change (projected again)."""
+def _copies_kept(nbytes):
+    """Whether inputs of ``nbytes`` (X and the weights together) are kept as copies, else as
+    digests."""
+    return nbytes <= COPY_MAX
+
+
+def _digest(a):
+    """(shape, dtype, BLAKE2b-256 of the bytes) of a C-contiguous array."""
     return a.shape, a.dtype, hashlib.blake2b(a.data, digest_size=32).digest()
 
 
 def _kept_projections(X3, Ws):
-    """The kept (Q, K, V) if they were made from exactly these X and weights, else None."""
+    """The kept (Q, K, V) if they were made from exactly these values of X and the weights
+    (an array changed in place since is not the same input), else None."""
     kept = workspace.kept(_KEPT)
-    if kept is None:
+    if kept is None or kept[1] is None:
         return None
-    inputs, qkv = kept
-    if qkv is not None and inputs == tuple(_fingerprint(a) for a in (X3, *Ws)):
-        return qkv
-    return None
+    inputs, qkv = kept[0], kept[1:]
+    arrays = (X3, *Ws)
+    if isinstance(inputs, list):                  # digests: the same bytes
+        same = inputs == [_digest(a) for a in arrays]
+        return tuple(qkv) if same else None
+    qkv = steps.kept_buffers(kept, arrays, qkv[0].shape, qkv[0].dtype)   # copies: the same values
+    return None if qkv is None else tuple(qkv)
 
 
 def _keep_projections(X3, Ws, qkv):
-    workspace.keep(_KEPT, (tuple(_fingerprint(a) for a in (X3, *Ws)), qkv))
+    arrays = (X3, *Ws)
+    if _copies_kept(sum(a.nbytes for a in arrays)):
+        inputs = steps.keep_inputs("attention", arrays)
+    else:
+        inputs = [_digest(a) for a in arrays]
+    workspace.keep(_KEPT, (inputs, *qkv))
 
 
 def _project(X3, Wq, Wk, Wv, reuse=False):
