@@ -40,9 +40,11 @@ def additive_param_count(f):
     equal widths (44 in the lesson's example), and do not involve the lengths."""
     w = f["additive_widths"]
     eq = w[w.d_s == w.d_h]
+    if not len(eq):
+        return _unmeasured("additive_widths.csv has no row with d_s = d_h")
     closed = 2 * eq.d_a * eq.d_h + eq.d_a
     lesson = int(f["additive_figures"].params.iloc[0])
-    ok = bool((eq.params == closed).all()) and lesson == 44 and len(eq) > 0
+    ok = bool((eq.params == closed).all()) and lesson == 44
     r = eq.iloc[0]
     return _row(f"{lesson} weights in the lesson's example (d_h = 5, d_a = 4; it prints 44); "
                 f"{int(r.params)} = 2·{int(r.d_a)}·{int(r.d_h)} + {int(r.d_a)} counted from the "
@@ -131,7 +133,11 @@ def additive_routes_sum(f):
         "additive attention", "additive_routes")
 def additive_routes(f):
     """The harness's route norms at the lesson's va scale are the lesson's, to 4 places."""
-    r = numbers.lesson_routes(f["additive_routes"])
+    routes = f["additive_routes"]
+    if not (routes.va_scale == numbers.LESSON_VA_SCALE).any():
+        return _unmeasured(f"additive_routes.csv lacks the lesson's va scale "
+                           f"{numbers.LESSON_VA_SCALE:g}")
+    r = numbers.lesson_routes(routes)
     same = round(r.value_norm, 4) == 2.8303 and round(r.score_norm, 4) == 0.2556
     return _row(f"{r.value_norm:.4f} and {r.score_norm:.4f} through the harness's kernels",
                 r.value_norm, HOLDS if same else FAILS)
@@ -166,8 +172,10 @@ def additive_cost_counts(f):
     tanh evaluations T_x T_y d_a, at every size."""
     c = f["additive_cost"]
     a = c[c.score == "additive"]
+    if not len(a):
+        return _unmeasured("additive_cost.csv has no additive row")
     ok = bool(((a.projection_rows == a.T_x + a.T_y) & (a.pair_vectors == a.T_x * a.T_y)
-               & (a.tanh_evaluations == a.T_x * a.T_y * a.d_a)).all()) and len(a) > 0
+               & (a.tanh_evaluations == a.T_x * a.T_y * a.d_a)).all())
     r = a.loc[a.T_x.idxmax()]
     return _row(f"traced at {int(r.T_y)} × {int(r.T_x)} (d_a = {int(r.d_a)}): {int(r.projection_rows)} "
                 f"projections, {int(r.pair_vectors):,} pair vectors, {int(r.tanh_evaluations):,} "
