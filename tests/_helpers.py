@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import naive
 from harness.analysis import depth, trace
 from harness.infra.config import DecayConfig
 
@@ -141,3 +142,23 @@ def docs_table(name):
         sys.path.insert(0, ext)
     import harness_docs
     return harness_docs.render(name)
+
+
+# ---------------------------------------------------------------- the gated recurrences
+
+def in_place_change_is_not_its_forward(forward, backward, X, fields, seed=17):
+    """X, then H, changed in place from step 10 on (past the two steps the state check reads)
+    after the forward: the same arrays handed to the backward must give the gradients that
+    copies of their values give, bit for bit. Kept gates recognised by the arrays' identity
+    gave others. ``forward(X)`` returns the forward's outputs as a tuple, H first;
+    ``backward(X, outputs, dH)`` the gradients, named by ``fields``."""
+    for changed in ("X", "H"):
+        X_ = X.copy()
+        outputs = forward(X_)
+        dH = np.random.default_rng(seed).normal(size=outputs[0].shape)
+        {"X": X_, "H": outputs[0]}[changed][..., 10:, :] *= 1.5
+        same = backward(X_, outputs, dH)
+        copies = backward(X_.copy(), tuple(o.copy() for o in outputs), dH)
+        for name, a, b in zip(fields, same, copies):
+            assert np.array_equal(a, b), (f"{changed} changed in place: d{name} differs from "
+                                          f"the copies' by {naive.rel_err(a, b):.1e}")

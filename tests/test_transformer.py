@@ -41,6 +41,15 @@ def fresh_workspace():
     workspace.clear()
 
 
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Tiles and causal blocks smaller than T = 11 and S = 9, and none dividing them: every
+    edge case of the loops (a last partial tile, a key tile past a query tile's diagonal)."""
+    monkeypatch.setattr(tr, "TILE_Q", 3)
+    monkeypatch.setattr(tr, "TILE_K", 4)
+    monkeypatch.setattr(tr, "CAUSAL_ROWS", 3)
+
+
 def make(kind, seed=0, dtype=np.float64, batched=False, d=D, d_ff=D_FF, t=T, s=S):
     """params (torch's state_dict keys), X, memory (None for an encoder) and dY."""
     rng = np.random.default_rng(seed)
@@ -187,12 +196,7 @@ def test_gradients_match_finite_differences(kind):
 @pytest.mark.parametrize("kind,norm_first,activation,causal,batched",
                          [c for c in CASES if c[1] == c[4] and c[2] == "relu"]
                          + [("decoder", True, "gelu", True, False)])
-def test_tiled_equals_stored(monkeypatch, dtype, kind, norm_first, activation, causal, batched):
-    # tiles and causal blocks smaller than T = 11 and S = 9, and none dividing them: every
-    # edge case of the loops (a last partial tile, a key tile past a query tile's diagonal)
-    monkeypatch.setattr(tr, "TILE_Q", 3)
-    monkeypatch.setattr(tr, "TILE_K", 4)
-    monkeypatch.setattr(tr, "CAUSAL_ROWS", 3)
+def test_tiled_equals_stored(small_tiles, dtype, kind, norm_first, activation, causal, batched):
     params, X, memory, dY = make(kind, 4, dtype, batched, t=11, s=9)
     kw = dict(norm_first=norm_first, activation=activation, causal=causal)
     tol = 1e-12 if dtype == np.float64 else 1e-5
@@ -238,6 +242,9 @@ def test_short_sequences_store_the_weights():
 
 LARGE = (1e4, 1e8, 1e16, 1e50, 1e150)
 H_LARGE = 2                                      # d_k = 6
+# each layer kind, post- and pre-norm, with the tiled attention and without
+LAYERS = [(kind, norm_first, tiled) for kind in KINDS for norm_first in (False, True)
+          for tiled in (False, True)]
 
 
 def along(kind, X, memory, params, V, **kw):
@@ -258,14 +265,8 @@ def central(f, X, V, s):
     return (4 * d1 - d2) / 3
 
 
-@pytest.mark.parametrize("tiled", [False, True])
-@pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("kind", KINDS)
-def test_gradients_at_large_inputs_match_central_differences(monkeypatch, kind, norm_first,
-                                                             tiled):
-    monkeypatch.setattr(tr, "TILE_Q", 3)
-    monkeypatch.setattr(tr, "TILE_K", 4)
-    monkeypatch.setattr(tr, "CAUSAL_ROWS", 3)
+@pytest.mark.parametrize("kind, norm_first, tiled", LAYERS)
+def test_gradients_at_large_inputs_match_central_differences(small_tiles, kind, norm_first, tiled):
     params, X0, memory, dY = make(kind, 20, t=11, s=9)
     V = np.random.default_rng(21).normal(size=X0.shape)
     kw = dict(norm_first=norm_first, tiled=tiled)
@@ -281,16 +282,11 @@ def test_gradients_at_large_inputs_match_central_differences(monkeypatch, kind, 
         assert err <= FD_TOL, f"X x {s:.0e}: <dX, V> relative error {err:.1e} > {FD_TOL:.0e}"
 
 
-@pytest.mark.parametrize("tiled", [False, True])
-@pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("kind", KINDS)
-def test_float32_gradients_at_large_inputs_or_an_error_naming_x(monkeypatch, kind, norm_first,
+@pytest.mark.parametrize("kind, norm_first, tiled", LAYERS)
+def test_float32_gradients_at_large_inputs_or_an_error_naming_x(small_tiles, kind, norm_first,
                                                                 tiled):
     # against float64's (checked above); where X x s or the layer is beyond float32, an error
     # that names X
-    monkeypatch.setattr(tr, "TILE_Q", 3)
-    monkeypatch.setattr(tr, "TILE_K", 4)
-    monkeypatch.setattr(tr, "CAUSAL_ROWS", 3)
     params, X0, memory, dY = make(kind, 22, t=11, s=9)
     p32 = {k: v.astype(np.float32) for k, v in params.items()}
     m32 = None if memory is None else memory.astype(np.float32)
