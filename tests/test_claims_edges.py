@@ -787,6 +787,64 @@ def test_todays_values_are_the_rules_figures():
     assert claims.selective_gate_depends_on_input(_spread(selective=0.7))["value"] == 0.7
 
 
+# ============================================================================ nothing measured
+
+def _first_frames():
+    """One edge case's frames per rule: the columns a rule reads, to empty."""
+    seen = {}
+    for p in CASES:
+        judge, build, kw, _ = p.values
+        seen.setdefault(judge, (build, kw))
+    return [pytest.param(j, b, kw, id=j.__name__) for j, (b, kw) in seen.items()
+            if j not in ALWAYS_UNMEASURED]
+
+
+@pytest.mark.parametrize("judge, build, kw", _first_frames())
+def test_a_frame_with_no_rows_is_not_measured(judge, build, kw):
+    """Each declared frame read back with its header and no row: not measured, never a verdict
+    on a NaN nor an IndexError."""
+    frames = build(**kw)
+    for k in judge.frames:
+        empty = {n: (v.iloc[0:0] if n == k else v) for n, v in frames.items()}
+        row = judge(empty)
+        assert row["verdict"] == NOT_MEASURED and f"{k}.csv has no rows" in row["measured"], k
+
+
+def _without(frames, name, keep):
+    return {**frames, name: frames[name][keep(frames[name])].reset_index(drop=True)}
+
+
+# (rule, frames, the rows they keep): frames with rows, but none of those the rule selects
+SELECTED_AWAY = [
+    ("vanishing-no-linear", claims.vanishing_with_radius,
+     lambda: _without(_decay_summary(), "decay_summary", lambda s: s.activation != "identity")),
+    ("vanishing-only-attention", claims.vanishing_with_radius,
+     lambda: _without(_decay_summary(), "decay_summary", lambda s: s.model == "attention")),
+    ("tanh-no-tanh", claims.tanh_makes_it_worse,
+     lambda: _without(_decay_summary(), "decay_summary", lambda s: s.activation != "tanh")),
+    ("tanh-only-attention", claims.tanh_makes_it_worse,
+     lambda: _without(_decay_summary(), "decay_summary", lambda s: s.model == "attention")),
+    ("no-bias-no-column", claims.additive_no_bias,
+     lambda: _without(_bias(), "additive_bias", lambda b: b.added == "per-row constant")),
+    ("no-bias-no-row", claims.additive_no_bias,
+     lambda: _without(_bias(), "additive_bias", lambda b: b.added != "per-row constant")),
+    ("routes-no-last-state", claims.additive_routes_skip_whh,
+     lambda: _without(_encoder_routes(), "encoder_routes", lambda r: r.route == "attention")),
+    ("unscaled-none", claims.unscaled_saturates,
+     lambda: _without(_row_max(), "row_max", lambda r: r.scaled.astype(bool))),
+    ("jacobian-no-scaled", claims.saturation_gradient,
+     lambda: _without(_jacobian(), "softmax_jacobian", lambda j: ~j.scaled.astype(bool))),
+]
+
+
+@pytest.mark.parametrize("judge, frames", [p[1:] for p in SELECTED_AWAY],
+                         ids=[p[0] for p in SELECTED_AWAY])
+def test_a_rule_whose_rows_are_filtered_away_is_not_measured(judge, frames):
+    row = judge(frames())
+    assert row["verdict"] == NOT_MEASURED and row["measured"].startswith("not measured: ")
+    assert math.isnan(row["value"])
+
+
 # ============================================================================ the battery
 
 @pytest.mark.parametrize("judge, build, kw, verdict", CASES)

@@ -50,7 +50,12 @@ def _claim(text, lesson, *frames):
     def register(judge):
         @functools.wraps(judge)
         def row(f):
-            return {"claim": text, "quote": quote(row), "lesson": lesson, **judge(f)}
+            # a frame read back with its header and no row measured nothing: no judge is asked
+            # to rule on it (a max of nothing is NaN, an .iloc[0] of nothing an IndexError)
+            empty = [k for k in frames if k in f and not len(f[k])]
+            judged = (_unmeasured(", ".join(f"{k}.csv" for k in empty) + " has no rows")
+                      if empty else judge(f))
+            return {"claim": text, "quote": quote(row), "lesson": lesson, **judged}
         row.text, row.lesson, row.frames = text, lesson, frames
         return row
     return register

@@ -26,6 +26,8 @@ def additive_no_bias(f):
     b = f["additive_bias"]
     row = b[b.added == "per-row constant"].max_abs_change
     col = b[b.added == "per-column constant"].max_abs_change
+    if not len(row) or not len(col):
+        return _unmeasured("additive_bias.csv lacks the per-row or the per-column constant")
     ok = float(row.max()) < EXACT and float(col.min()) > 1e-6
     return _row(f"over {len(row):,} draws a per-row constant changes no weight by more than "
                 f"{row.max():.1e}; a per-column one changes them by {col.min():.2f} to "
@@ -96,6 +98,8 @@ def additive_routes_skip_whh(f):
     r = f["encoder_routes"]
     att = r[r.route == "attention"].sort_values("distance")
     last = r[r.route == "last state"].sort_values("distance")
+    if not len(att) or not len(last):
+        return _unmeasured("encoder_routes.csv lacks the attention or the last-state route")
     slope = float(np.polyfit(att.distance, att.mean_log10_norm, 1)[0])
     span = int(att.distance.max())
     drift = slope * span

@@ -102,6 +102,8 @@ def vanishing_with_radius(f):
     """The linear RNN's fitted decay per step is log(rho), for every rho."""
     s = f["decay_summary"]
     lin = s[(s.model == RNN) & (s.activation == "identity") & (s.weight == "orthogonal")]
+    if not len(lin):
+        return _unmeasured("decay_summary.csv has no linear RNN with orthogonal weights")
     err = float((lin.ln_rate - np.log(lin.rho)).abs().max())
     return _row(f"the linear RNN's norm falls by exactly ρ per step for ρ = "
                 f"{', '.join(f'{r:g}' for r in sorted(lin.rho.unique()))} (largest error of the "
@@ -114,6 +116,9 @@ def tanh_makes_it_worse(f):
     s = f["decay_summary"]
     base = s[(s.model == RNN) & (s.weight == "orthogonal") & (s.input_scale == numbers.UNIT_SCALE)]
     w = base.pivot(index="rho", columns="activation", values="log10_far")
+    if not {"tanh", "identity"} <= set(w.columns):
+        return _unmeasured(f"decay_summary.csv lacks the tanh or the linear RNN with orthogonal "
+                           f"weights at input scale {numbers.UNIT_SCALE:g}")
     worse = int((w["tanh"] <= w["identity"] + 1e-9).sum())
     return _row(f"at distance {int(base['T'].iloc[0]) - 1}, tanh's gradient is at most the linear "
                 f"RNN's for {worse} of {len(w)} radii", worse / len(w),

@@ -132,6 +132,8 @@ def unscaled_saturates(f):
     lesson's single draws fall inside the distribution (2.5th to 97.5th percentile)."""
     r = f["row_max"]
     u = r[~r.scaled.astype(bool)].sort_values("d_k")
+    if not len(u):
+        return _unmeasured("row_max.csv has no unscaled row")
     p = f["row_max_lesson"]
     pu = p[~p.scaled.astype(bool)].set_index("d_k").percentile
     top = float(u.row_max.iloc[-1])
@@ -171,6 +173,8 @@ def saturation_gradient(f):
     j = f["softmax_jacobian"]
     u = j[~j.scaled.astype(bool)].sort_values("d_k")
     s = j[j.scaled.astype(bool)].sort_values("d_k")
+    if not len(u) or not len(s):
+        return _unmeasured("softmax_jacobian.csv lacks the scaled or the unscaled rows")
     fall = float(u.mean_log10_norm.iloc[0] - u.mean_log10_norm.iloc[-1])
     moved = float(abs(s.mean_log10_norm.iloc[-1] - s.mean_log10_norm.iloc[0]))
     ok = fall > 1 and moved < 0.05
