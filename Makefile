@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 REPORT_ARGS ?=
 
-.PHONY: report full-report quick-report test docs bench-check bench-gate docs-figures clean mutate
+.PHONY: report full-report quick-report test docs bench-check bench-gate docs-figures clean mutate mutate-semantic
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,14 @@ mutate: $(VENV)/.installed-test
 	caught = s['killed'] + s['timeout'] + s['segfault']; n = s['total'] - s['skipped']; \
 	print(f\"mutation score {caught}/{n} = {100 * caught / n:.1f} % \
 	(survived {s['survived']}, not reached by a test {s['no_tests']}, suspicious {s['suspicious']})\")"
+
+# The semantic mutation campaign (tools/mutate_semantic.py): each hand-written bug of
+# tools/semantic_mutations.toml planted alone in a temporary copy of the tree, the test files
+# named for it run (-x, one process), and docs/semantic-mutations.csv rewritten with what caught
+# it; not on CI (about 10 minutes on 2 cores). MUTATE_ARGS: e.g. --only ID ..., or --check.
+MUTATE_ARGS ?=
+mutate-semantic: $(VENV)/.installed-test
+	$(BIN)/python tools/mutate_semantic.py $(MUTATE_ARGS)
 
 clean:
 	rm -rf $(VENV) .asv build dist *.egg-info docs/_build docs/_generated
