@@ -58,9 +58,11 @@ bench-check: $(VENV)/.installed-test
 	$(BIN)/asv machine --yes
 	HARNESS_BENCH_SUITE=all $(BIN)/asv check -E existing
 
-# The regression gate (tools/bench_gate.py): the working tree's kernels against BASE's, in
+# The regression gate (tools/bench_gate.py): the working tree's kernels against BASE's, their
+# instructions per call counted under Valgrind (tools/bench_count.py), then timed in
 # interleaved paired rounds beside an A/A floor, and the tracked numbers exactly; exits 1 when
-# something is flagged. GATE_ARGS: e.g. --rounds 25, --bench 'rnn', --json gate.json.
+# something is flagged. GATE_ARGS: e.g. --rounds 25, --bench 'rnn', --json gate.json,
+# --no-count (no Valgrind here).
 BASE ?= HEAD~1
 GATE_ARGS ?=
 bench-gate: $(VENV)/.installed-test

@@ -64,7 +64,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]        # the checkout whose s
 
 # Worker processes per tree: the units of the interval (see process_ratio). Not 8: in the
 # error-rate runs with 8 a tree, a process's median scattered more than with 4, and 10 %
-# slowdowns were caught less often than predicted (tools/gate_power.py; the README)
+# slowdowns were caught less often than with 4 (docs/gate_rates.csv)
 PROCESSES = 4           # worker processes per tree: the units of the interval (see process_ratio)
 ROUNDS = 5              # every process times every point once a round
 MIN_SAMPLE_S = 0.03     # one sample: calls enough to last this long
@@ -363,11 +363,12 @@ def gate_cpu():
 class Worker:
     """One worker process: the harness of ``tree`` behind the suite of ``suite_root``."""
 
-    def __init__(self, label, tree, suite_root=ROOT, log=None, cpu=None, placements=PLACEMENTS):
+    def __init__(self, label, tree, suite_root=ROOT, log=None, cpu=None, placements=PLACEMENTS,
+                 env=None):
         self.label, self.tree = label, pathlib.Path(tree)
         # an environment of a random size moves the process's stack (shuffle_layout, its heap)
         env = dict(os.environ, PYTHONUNBUFFERED="1",
-                   BENCH_GATE_PAD="x" * random.SystemRandom().randint(0, 8192))
+                   BENCH_GATE_PAD="x" * random.SystemRandom().randint(0, 8192), **(env or {}))
         env.pop("PYTHONPATH", None)
         pin = [] if cpu is None else ["--cpu", str(cpu)]
         self.proc = subprocess.Popen(
@@ -515,10 +516,12 @@ def compare_tracks(base_values, head_values):
 
 def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, log=None,
         min_change=MIN_CHANGE, say=print, clock=CLOCK, placements=PLACEMENTS,
-        processes=PROCESSES):
+        processes=PROCESSES, envs=None):
     """Time and compare. ``trees``: {label: folder} with ``base`` and one or more others, each
     compared with ``base``; every label gets ``processes`` workers. ``only``: {label: regex}
-    to time a label on the matching points alone (the error-rate experiments).
+    to time a label on the matching points alone (the error-rate experiments). ``envs``:
+    {label: {variable: value}} set in that label's workers (the same tree compiled for
+    another CPU: tools/bench_count_rates.py --cpu-cost).
 
     Returns the report: {"points": [...], "tracks": {...}, "load": [...], "seconds": ...}.
     """
@@ -536,7 +539,8 @@ def run(trees, rounds=ROUNDS, min_sample_s=MIN_SAMPLE_S, bench=None, only=None, 
             say(f"  starting {processes} workers of {label} ({trees[label]}), timing on CPU {cpu}")
             for k in range(processes):
                 workers[(label, k)] = Worker(f"{label}#{k}", trees[label], log=log, cpu=cpu,
-                                             placements=placements)
+                                             placements=placements,
+                                             env=(envs or {}).get(label))
         sys.path.insert(0, str(ROOT))
         common = _load_suite(ROOT)                      # the head's suite picks the points
         all_points = suite_points(common)
@@ -677,17 +681,40 @@ def apply_trailers(report, patterns):
     for pid, t in report["tracks"].items():
         if t["verdict"] == "changed" and any(rx.search(pid) for rx in patterns):
             t["verdict"] = "accepted"
+    for p in report.get("counts", []):
+        if p["verdict"] == "slower" and any(rx.search(p["id"]) for rx in patterns):
+            p["verdict"] = "accepted"
     return report
 
 
 def flagged(report):
-    """The names of what fails the gate: slower points and changed tracks."""
-    return ([p["id"] for p in report["points"] if p["verdict"] == "slower"]
+    """The names of what fails the gate: points counted or timed slower (a point both stages
+    flag is named once), and changed tracks."""
+    slower = [p["id"] for p in report.get("counts", []) + report["points"]
+              if p["verdict"] == "slower"]
+    return (list(dict.fromkeys(slower))
             + [pid for pid, t in report["tracks"].items() if t["verdict"] == "changed"])
 
 
 def render(report):
-    """The gate's table: one line per timed point and per track that is not unchanged."""
+    """The gate's tables: the counting stage's, one line per point counted, then the timing
+    stage's, one line per timed point and per track that is not unchanged."""
+    parts = []
+    if "counts" in report:
+        import bench_count
+        sizes = "; ".join(f"{k}: T = {T}, d = {d}, batch {b}, {dt}"
+                          for k, (T, d, b, dt) in bench_count.COUNT_SIZES.items())
+        parts.append(f"instructions per call (Callgrind's Ir, at the counting sizes: {sizes}; "
+                     f"flagged past {report['count_floor']:.1%}):\n"
+                     + bench_count.render(report["counts"]))
+    if "rounds" in report or "counts" not in report:            # the timing stage ran
+        parts.append(("times:\n" if parts else "") + render_times(report))
+    return "\n".join(parts)
+
+
+def render_times(report):
+    """The timing stage's table: one line per timed point and per track that is not
+    unchanged."""
     # base ms, head ms: each side's geometric mean of its processes' medians (head/base is
     # their ratio); A/A: base's processes, one half over the other
     lines = [f"{'point':<44} {'base ms':>9} {'head ms':>9} {'head/base [95 % interval]':>27} "
@@ -740,6 +767,13 @@ def parse_args(argv):
     ap.add_argument("--placements", type=int, default=PLACEMENTS,
                     help=f"copies of each timed point's inputs a sample cycles through "
                          f"(default {PLACEMENTS})")
+    ap.add_argument("--no-count", dest="count", action="store_false",
+                    help="leave out the counting stage (instructions under Valgrind)")
+    ap.add_argument("--no-time", dest="time", action="store_false",
+                    help="leave out the timing stage (and the track_ numbers it compares)")
+    ap.add_argument("--count-floor", type=float, default=None,
+                    help="the counting stage's threshold, a fraction (default "
+                         "bench_count.FLOOR)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--suite-root", default=str(ROOT), help=argparse.SUPPRESS)
     ap.add_argument("--cpu", type=int, default=None, help=argparse.SUPPRESS)
@@ -756,12 +790,49 @@ def parse_args(argv):
         ap.error(f"--min-change must be a fraction in [0, 1), got {args.min_change}")
     if not args.min_sample_s > 0:
         ap.error(f"--min-sample-s must be a positive number of seconds, got {args.min_sample_s}")
+    if not (args.count or args.time):
+        ap.error("--no-count and --no-time together leave nothing to gate")
+    if args.count_floor is not None and not 0 < args.count_floor < 1:
+        ap.error(f"--count-floor must be a fraction in (0, 1), got {args.count_floor}")
     if args.bench is not None:
         try:
             re.compile(args.bench)
         except re.error as e:
             ap.error(f"--bench must be a regular expression, got {args.bench!r} ({e})")
     return args
+
+
+def _count_floor(args):
+    import bench_count
+    return bench_count.FLOOR if args.count_floor is None else args.count_floor
+
+
+def gate(trees, args, log):
+    """Both stages on ``trees`` ({"base", "head"}) as ``args`` asks: the counting stage
+    first (``bench_count``), then the timing stage with its confirmation. One report:
+    the timing stage's keys, and "counts" (the counting stage's rows)."""
+    t0 = time.perf_counter()
+    report = {"points": [], "tracks": {}, "bench": args.bench, "load": [os.getloadavg()]}
+    if args.count:
+        import bench_count
+        counted = bench_count.count(trees, bench=args.bench, log=log)
+        report["counts"] = bench_count.compare(counted["base"], counted["head"],
+                                               _count_floor(args))
+        report["count_floor"] = _count_floor(args)
+    if args.time:
+        settings = dict(rounds=args.rounds, min_sample_s=args.min_sample_s, log=log,
+                        clock=args.clock, min_change=args.min_change,
+                        placements=args.placements, processes=args.processes)
+        timed = run(trees, bench=args.bench, **settings)
+        slower = [p["id"] for p in timed["points"] if p["verdict"] == "slower"]
+        if slower and args.confirm:
+            print(f"  confirming {len(slower)} point(s) flagged slower with fresh "
+                  f"processes: {', '.join(slower)}")
+            confirm(timed, run(trees, bench=exactly(slower), **settings))
+        timed["load"] = report["load"] + timed["load"]
+        report.update(timed)
+    report["seconds"] = time.perf_counter() - t0
+    return report
 
 
 def main(argv=None):
@@ -779,21 +850,16 @@ def main(argv=None):
         with tempfile.TemporaryDirectory(prefix="bench-gate-") as tmp:
             trees = {"base": export(base, _mkdir(tmp, "base")),
                      "head": export(head, _mkdir(tmp, "head")) if head else ROOT}
+            stages = " and ".join(
+                ([f"counting instructions under Valgrind (floor {_count_floor(args):.1%})"]
+                 if args.count else [])
+                + ([f"timing {args.processes} processes each, {args.rounds} interleaved rounds"]
+                   if args.time else []))
             print(f"bench-gate: {trees['head'] if head is None else head[:12]} (head) against "
-                  f"{base[:12]} (base), {args.processes} processes each, {args.rounds} interleaved "
-                  f"rounds; load {os.getloadavg()}")
+                  f"{base[:12]} (base), {stages}; load {os.getloadavg()}")
             with open(pathlib.Path(tmp) / "workers.log", "w") as log:
                 try:
-                    settings = dict(rounds=args.rounds, min_sample_s=args.min_sample_s,
-                                    log=log, clock=args.clock, min_change=args.min_change,
-                                    placements=args.placements, processes=args.processes)
-                    report = run(trees, bench=args.bench, **settings)
-                    slower = [p["id"] for p in report["points"] if p["verdict"] == "slower"]
-                    if slower and args.confirm:
-                        print(f"  confirming {len(slower)} point(s) flagged slower with fresh "
-                              f"processes: {', '.join(slower)}")
-                        again = run(trees, bench=exactly(slower), **settings)
-                        confirm(report, again)
+                    report = gate(trees, args, log)
                 except BaseTooOld as e:
                     raise GateError(too_old(args.base, e)) from None
                 except GateError:
@@ -826,4 +892,5 @@ def _mkdir(tmp, name):
 
 
 if __name__ == "__main__":
+    sys.modules.setdefault("bench_gate", sys.modules[__name__])    # one module for bench_count
     sys.exit(main())

@@ -182,47 +182,6 @@ def _fails(row):
     return row["verdict"] == "slower" and row.get("confirmed") == "yes"
 
 
-def rescore(reports, min_change=bench_gate.MIN_CHANGE):
-    """The CSV's rows of stored reports (the .jsonl beside it, every sample kept) under the
-    gate's rule as it stands: ``min_change`` and ``floor_of``/``verdict`` applied again."""
-    rows = []
-    for rep in reports:
-        for p in rep["points"]:
-            if "samples" not in p:
-                continue
-            s = p["samples"]
-            floor = bench_gate.floor_of(bench_gate.aa_ratio(s["base"]), min_change)
-            ratio, lo, hi = bench_gate.process_ratio(s[p["label"]], s["base"])
-            rows.append({"run": rep["run"], "clock": rep.get("clock", "wall"),
-                         "condition": rep["condition"], "load_start": f"{rep['load'][0][0]:.2f}",
-                         "load_end": f"{rep['load'][-1][0]:.2f}", "label": p["label"],
-                         "id": p["id"], "ratio": f"{ratio:.4f}", "lo": f"{lo:.4f}",
-                         "hi": f"{hi:.4f}", "floor": f"{floor:.4f}",
-                         "verdict": bench_gate.verdict(ratio, lo, hi, floor),
-                         "stages": rep.get("stages", 1),
-                         "processes": rep.get("processes", bench_gate.PROCESSES),
-                         "confirmed": _reconfirmed(p, bench_gate.verdict(ratio, lo, hi, floor),
-                                                   rep.get("stages", 1), min_change),
-                         "seconds": f"{rep['seconds']:.0f}"})
-    return rows
-
-
-def _reconfirmed(point, first, stages, min_change):
-    """``confirmed`` of a stored point under the rule as it stands: its second stage's ratio
-    and interval judged again against a floor from its own A/A ratio; 'unknown' where the rule
-    now flags a point that the stored run did not time again."""
-    if first != "slower" or stages == 1:
-        return ""
-    if "confirmation" not in point:
-        return "unknown"
-    q = point["confirmation"]
-    if q is None:
-        return "no"
-    again = bench_gate.verdict(q["ratio"], q["lo"], q["hi"],
-                               bench_gate.floor_of(q["aa_ratio"], min_change))
-    return "yes" if again == "slower" else "no"
-
-
 FIELDS = ["run", "clock", "condition", "load_start", "load_end", "label", "id", "ratio", "lo", "hi",
           "floor", "verdict", "stages", "confirmed", "processes", "seconds"]
 
@@ -266,8 +225,6 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base")
     ap.add_argument("--summary", default=None, help="print the table of this CSV and stop")
-    ap.add_argument("--rescore", default=None,
-                    help="a .jsonl of stored runs: write --out anew under the gate's rule")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--load", action="store_true", help="a second process busy beside the gate")
     ap.add_argument("--condition", choices=sorted(CONDITIONS), default=None,
@@ -281,15 +238,6 @@ def main(argv=None):
     ap.add_argument("--no-confirm", dest="confirm", action="store_false",
                     help="skip the gate's second stage (points flagged slower timed again)")
     args = ap.parse_args(argv)
-    if args.rescore:
-        with open(args.rescore) as f:
-            rows = rescore([bench_gate.json.loads(line) for line in f])
-        with open(args.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=FIELDS)
-            w.writeheader()
-            w.writerows(rows)
-        print(summary(rows))
-        return
     if args.summary:
         with open(args.summary, newline="") as f:
             print(summary(list(csv.DictReader(f))))
@@ -334,9 +282,6 @@ def main(argv=None):
                             "processes": args.processes,
                             "seconds": f"{report['seconds']:.0f}"})
             f.flush()
-            with open(pathlib.Path(args.out).with_suffix(".jsonl"), "a") as raw:   # the samples
-                raw.write(bench_gate.json.dumps(dict(report, run=tag, condition=w_cond(args),
-                                                     stages=2 if args.confirm else 1)) + "\n")
             aa = [p for p in report["points"] if p.get("label") == "head" and "ratio" in p]
             caught = {p["label"]: p["verdict"] for p in report["points"] if p.get("label") in LEVELS}
             print(f"run {run + 1}/{args.runs}: load {report['load'][0][0]:.2f} -> "
