@@ -230,6 +230,36 @@ def mutation(root):
             "in `docs/mutation-survivors.tsv`.")
 
 
+# ----------------------------------------------------------------------------- semantic mutations
+
+def _mutated_module(file):
+    """The module a semantic mutation's file belongs to: the claims' and the kernels' folders
+    are one module each, any other file its own."""
+    for folder in ("harness/analysis/claims/", "harness/kernels/"):
+        if file.startswith(folder):
+            return folder
+    return file
+
+
+def semantic_mutations(root):
+    """The semantic mutation campaign's catch rate by module (docs/semantic-mutations.csv)."""
+    d = _pd().read_csv(root / "docs" / "semantic-mutations.csv", keep_default_na=False)
+    d["module"] = d.file.map(_mutated_module)
+    lines = ["| module | bugs | caught | survived | catch rate |", "|---|---|---|---|---|"]
+    for module, g in d.groupby("module", sort=False):
+        n, c = len(g), int((g.caught == "yes").sum())
+        lines.append(f"| `{module}` | {n} | {c} | {n - c} | {100 * c / n:.0f} % |")
+    n, c = len(d), int((d.caught == "yes").sum())
+    lines.append(f"| all | {n} | {c} | {n - c} | {100 * c / n:.1f} % |")
+    survivors = d[d.caught != "yes"]
+    tail = ("" if not len(survivors) else
+            " Survived: " + "; ".join(f"`{r.id}` ({r.note})" for r in survivors.itertuples()) + ".")
+    return (f"*Data: `docs/semantic-mutations.csv`, written by `make mutate-semantic` on the 2-core "
+            f"development machine: {n} hand-written bugs, {float(d.seconds.sum()) / 60:.0f} "
+            f"minutes of test runs in all.*\n\n" + "\n".join(lines) + "\n\n"
+            + f"{c} of the {n} bugs were caught by a test of their module.{tail}")
+
+
 # ----------------------------------------------------------------------------- timings
 
 def timings(root):
@@ -268,7 +298,7 @@ def speed(root, family):
 
 TABLES = {"claims": claims, "trace_cost": trace_cost, "neighbour": neighbour,
           "linear_speed": linear_speed, "gate_rates": gate_rates, "gate_counts": gate_counts,
-          "mutation": mutation, "timings": timings,
+          "mutation": mutation, "semantic_mutations": semantic_mutations, "timings": timings,
           **{f"speed_{f}": (lambda root, f=f: speed(root, f)) for f in FAMILIES}}
 
 
