@@ -232,3 +232,27 @@ def test_the_mutation_table_is_the_last_runs_counts():
             f"{s['survived']} | {s['suspicious']} | {s['no_tests']} | {100 * caught / n:.1f} % |") in text
     assert (f"Of the {s['survived']} survivors, {equivalent} are equivalent and "
             f"{s['survived'] - equivalent} not worth a test") in text
+
+
+def test_the_semantic_mutation_table_is_its_csvs_counts():
+    """Per module (the claims' and kernels' folders one each), the bugs and those caught,
+    counted from docs/semantic-mutations.csv with the csv module; the total and each survivor."""
+    from collections import Counter
+    with open(DOCS / "semantic-mutations.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+
+    def module(path):
+        folder, _ = path.rsplit("/", 1)
+        return folder + "/" if folder.endswith(("/claims", "/kernels")) else path
+    bugs = Counter(module(r["file"]) for r in rows)
+    caught = Counter(module(r["file"]) for r in rows if r["caught"] == "yes")
+    text = harness_docs.render("semantic_mutations")
+    for m, n in bugs.items():
+        c = caught[m]
+        assert f"| `{m}` | {n} | {c} | {n - c} | {round(100 * c / n)} % |" in text
+    c = sum(caught.values())
+    assert f"| all | {len(rows)} | {c} | {len(rows) - c} | {100 * c / len(rows):.1f} % |" in text
+    assert len(text.split("\n| `")) - 1 == len(bugs)
+    for r in rows:
+        if r["caught"] != "yes":
+            assert f"`{r['id']}` ({r['note']})" in text
