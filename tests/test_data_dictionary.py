@@ -18,11 +18,11 @@ def dictionary():
     out, names = {}, []
     for line in DOC.read_text(encoding="utf-8").splitlines():
         if line.startswith("### "):
-            names = re.findall(r"([\w]+\.csv)", line)
+            names = re.findall(r"([\w-]+\.csv)", line)
             for n in names:
                 out.setdefault(n, {})
             continue
-        alias = re.fullmatch(r"As ([\w]+\.csv)\.", line.strip())
+        alias = re.fullmatch(r"As ([\w-]+\.csv)\.", line.strip())
         if alias and names:
             for n in names:
                 out[n] = out[alias.group(1)]
