@@ -63,6 +63,8 @@ def test_the_floor_is_the_aa_ratios_distance_from_one_and_never_under_min_change
 def test_the_aa_ratio_is_one_half_of_the_base_processes_over_the_other():
     base = np.array([[1.0, 1.1, 0.9], [1.0, 1.0, 1.0], [2.0, 2.0, 9.0], [2.0, 1.9, 2.1]])
     assert bench_gate.aa_ratio(base) == pytest.approx(2.0)       # medians 1, 1 | 2, 2
+    # an odd count (--processes 3): the first half is the smaller one, 1 | 2, 2
+    assert bench_gate.aa_ratio(np.array([[1.0], [2.0], [2.0]])) == pytest.approx(2.0)
 
 
 def test_processes_are_the_units_of_the_interval():

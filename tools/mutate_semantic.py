@@ -6,11 +6,12 @@ whether they caught it to docs/semantic-mutations.csv.
     python tools/mutate_semantic.py --only ID ...   # some of them; the CSV's other rows stay
     python tools/mutate_semantic.py --check         # every snippet matches once; runs nothing
 
-The working tree is never edited: harness/, tests/, tools/, docs/ and pyproject.toml are copied
-(with their modification times, so that Numba's caches stay valid) to a temporary folder, the
-mutated file is written there, the tests run there with that folder first on PYTHONPATH, and the
-original file is put back before the next mutation. A mutation whose snippet does not occur
-exactly once in its file stops the run before anything is planted: the list cannot rot.
+The working tree is never edited: harness/, tests/, tools/, docs/, benchmarks/ and pyproject.toml
+are copied (with their modification times, so that Numba's caches stay valid) to a temporary
+folder, the mutated file is written there, the tests run there with that folder first on
+PYTHONPATH, and the original file is put back before the next mutation. A mutation whose
+snippet does not occur exactly once in its file stops the run before anything is planted: the
+list cannot rot.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MUTATIONS = ROOT / "tools" / "semantic_mutations.toml"
 CSV = ROOT / "docs" / "semantic-mutations.csv"
 COLUMNS = ["id", "file", "kind", "caught", "test", "seconds", "note"]
-COPIED = ("harness", "tests", "tools", "docs", "pyproject.toml")
+# benchmarks/: the gate's tests import the asv suite (tests/test_bench_gate.py)
+COPIED = ("harness", "tests", "tools", "docs", "benchmarks", "pyproject.toml")
 TIMEOUT_S = 600             # one mutation's test run; past it the mutation counts as caught
 KINDS = ("threshold", "statistic", "interval", "off-by-one", "formula", "row", "sign",
          "constant", "column")
