@@ -272,3 +272,18 @@ def test_the_cpu_cost_table_shows_each_row_and_their_range():
     assert "| a | 1.000 | 1.200 | 1.200 [1.100, 1.300] |" in table
     assert table.splitlines()[-1] == ("Over the 3 points the AVX2 build's time is 1.00–1.50 "
                                       "times the native one's (median 1.20).")
+
+
+def test_the_docs_show_the_stored_cpu_cost():
+    import csv
+
+    import bench_count_rates as rates
+    from _helpers import docs_table
+    with open(ROOT / "docs" / "gate_cpu_cost.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 28 and {r["blas_kernel"] for r in rows} == {"SkylakeX"}
+    assert rates.cost_table(rows) in docs_table("gate_cpu_cost")
+    for r in rows:                                    # each ratio is its two times' quotient
+        assert float(r["ratio"]) == pytest.approx(float(r["avx2_s"]) / float(r["native_s"]),
+                                                  rel=2e-4)
+        assert float(r["lo"]) <= float(r["ratio"]) <= float(r["hi"])

@@ -298,6 +298,7 @@ def speed(root, family):
 
 TABLES = {"claims": claims, "trace_cost": trace_cost, "neighbour": neighbour,
           "linear_speed": linear_speed, "gate_rates": gate_rates, "gate_counts": gate_counts,
+          "gate_cpu_cost": gate_cpu_cost,
           "mutation": mutation, "semantic_mutations": semantic_mutations, "timings": timings,
           **{f"speed_{f}": (lambda root, f=f: speed(root, f)) for f in FAMILIES}}
 
