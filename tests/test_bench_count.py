@@ -287,3 +287,25 @@ def test_the_docs_show_the_stored_cpu_cost():
         assert float(r["ratio"]) == pytest.approx(float(r["avx2_s"]) / float(r["native_s"]),
                                                   rel=2e-4)
         assert float(r["lo"]) <= float(r["ratio"]) <= float(r["hi"])
+
+
+def test_the_rate_trees_are_the_commit_and_its_planted_copies(tmp_path, monkeypatch):
+    import bench_count_rates as rates
+    import bench_gate_rates as timing_rates
+    repo = tmp_path / "repo"
+    (repo / "harness" / "kernels").mkdir(parents=True)
+    (repo / "harness" / "kernels" / "rnn.py").write_text("def f():\n" + timing_rates._ANCHOR)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=env)
+    commit = bench_gate.resolve("HEAD", cwd=repo)
+    export = bench_gate.export
+    monkeypatch.setattr(bench_gate, "export", lambda c, dest: export(c, dest, cwd=repo))
+    trees = timing_rates.trees_for(commit, tmp_path / "trees", rates.LEVELS)
+    assert set(trees) == {"base", "head", *rates.LEVELS}
+    text = {label: (path / "harness" / "kernels" / "rnn.py").read_text()
+            for label, path in trees.items()}
+    assert text["base"] == text["head"] == "def f():\n" + timing_rates._ANCHOR
+    for label, fraction in rates.LEVELS.items():
+        assert f"injected: {fraction} more steps" in text[label], label

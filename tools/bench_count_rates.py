@@ -48,21 +48,6 @@ FIELDS = ["run", "condition", "load_start", "load_end", "label", "id", "base_ir"
           "ratio", "floor", "verdict", "seconds"]
 
 
-def trees_for(base, root):
-    """The folders, exported once (their Numba caches then serve every later run)."""
-    root = pathlib.Path(root)
-    out = {}
-    for label in ["base", "head", *LEVELS]:
-        folder = root / label
-        if not folder.exists():
-            folder.mkdir(parents=True)
-            bench_gate.export(base, folder)
-            if label in LEVELS:
-                timing_rates.inject(folder, LEVELS[label])
-        out[label] = folder
-    return out
-
-
 def rows_of(counts, run, condition, load, seconds, floor=bench_count.FLOOR):
     """The CSV's rows of one run: every label against base, on the points it counted."""
     out = []
@@ -221,7 +206,7 @@ def main(argv=None):
         ap.error("--base and --out are required to measure (or --summary CSV to print)")
     if args.runs < 1:
         ap.error(f"--runs must be a positive whole number, got {args.runs}")
-    trees = trees_for(bench_gate.resolve(args.base), args.trees)
+    trees = timing_rates.trees_for(bench_gate.resolve(args.base), args.trees, LEVELS)
     only = {label: bench_gate.exactly([INJECTED]) for label in LEVELS}
     condition = "loaded" if args.load else "idle"
     new = not pathlib.Path(args.out).exists()

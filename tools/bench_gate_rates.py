@@ -60,17 +60,19 @@ def inject(tree, fraction):
     path.write_text(text.replace(_ANCHOR, _ANCHOR + _EXTRA.format(f=fraction)))
 
 
-def trees_for(base, root):
-    """Export the folders once (their Numba caches then serve every later run)."""
+def trees_for(base, root, levels=None):
+    """Export the folders once (their Numba caches then serve every later run): base, head
+    and one planted tree for each of ``levels`` ({label: fraction}; default ``LEVELS``)."""
+    levels = LEVELS if levels is None else levels
     root = pathlib.Path(root)
     out = {}
-    for label in ["base", "head", *LEVELS]:
+    for label in ["base", "head", *levels]:
         folder = root / label
         if not folder.exists():
             folder.mkdir(parents=True)
             bench_gate.export(base, folder)
-            if label in LEVELS:
-                inject(folder, LEVELS[label])
+            if label in levels:
+                inject(folder, levels[label])
         out[label] = folder
     return out
 
