@@ -309,3 +309,27 @@ def test_the_rate_trees_are_the_commit_and_its_planted_copies(tmp_path, monkeypa
     assert text["base"] == text["head"] == "def f():\n" + timing_rates._ANCHOR
     for label, fraction in rates.LEVELS.items():
         assert f"injected: {fraction} more steps" in text[label], label
+
+
+class _Finished:
+    """What ``collect`` reads of a finished worker: its stdout and its status."""
+
+    def __init__(self, out, returncode=0):
+        self.out, self.returncode = out, returncode
+
+    def communicate(self):
+        return self.out, ""
+
+
+def test_collect_refuses_a_failed_worker_and_a_missing_dump(tmp_path):
+    with pytest.raises(bench_count.CountError, match="the head worker failed under Valgrind "
+                                                     r"\(status 3\)"):
+        bench_count.collect("head", _Finished("", 3), tmp_path)
+    _dump(tmp_path / "cg.1.1", "p0-empty", "10")
+    line = json.dumps({"id": "p", "labels": ["p0-empty", "p0-call0"]})
+    with pytest.raises(bench_count.CountError, match=r"dumps \['p0-call0'\] of p are missing"):
+        bench_count.collect("base", _Finished(line + "\n"), tmp_path)
+    _dump(tmp_path / "cg.1.2", "p0-call0", "1010")
+    skipped = json.dumps({"id": "q", "skipped": "too large"})
+    got = bench_count.collect("base", _Finished(line + "\n" + skipped + "\n"), tmp_path)
+    assert got == {"p": {"Ir": 1000.0}, "q": {"skipped": "too large"}}

@@ -4,7 +4,8 @@ A time depends on the neighbours, the clock and where the scheduler puts a proce
 number of instructions a call executes does not. ``count(trees)`` runs each tree's
 ``Kernels`` points (the points ``tools/bench_gate.py`` times) in one process under
 Callgrind, and compares their instructions per call (``Ir``), with the simulated cache's
-references and misses beside them when ``cache_sim``:
+references and misses beside them with ``count(cache_sim=True)`` (the gate leaves it off:
+its cost under Valgrind is not measured yet):
 
 1. Each tree is first run natively by the same worker (no Valgrind; the client requests
    below are then no-ops): it compiles the tree's Numba cache for the CPU that Valgrind
@@ -69,7 +70,6 @@ CPU = {"NUMBA_CPU_NAME": "haswell",
            "+" + f for f in ("64bit avx avx2 bmi bmi2 cmov cx16 cx8 f16c fma fsgsbase fxsr lzcnt "
                              "mmx movbe pclmul popcnt rdrnd sahf sse sse2 sse3 sse4.1 sse4.2 "
                              "ssse3 xsave xsaveopt").split())}
-EVENTS_NO_SIM = ("Ir",)
 
 
 class CountError(bench_gate.GateError):
