@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 from harness.infra import config as C
+from harness.infra.files import UsageError
 from harness.commands import numbers, validated
 
 HELP = "measure gradient decay over distance: RNN Jacobian products against one attention weight"
@@ -18,11 +19,19 @@ configuration and distance), decay_summary.csv (fitted rate per step against
 log(rho) and Pascanu's bound), decay_clipping.csv and decay_additive.csv into
 --out, and prints the summary.
 
+With --torch pkg.mod:factory (or path/file.py:factory) and one --shape per input,
+the sequence first: the module's ||dy_T/dx_(T-k)|| by autograd over --input-scale and
+--seeds (exact blocks for small ones, a seeded sketch with its interval for large),
+in the same frame (decay.csv), with decay_seeds.csv (the median over the seeds and its
+interval at every k) and decay.png / decay.svg, the families' decay figure.
+
 example:
   harness decay --rho 0.5 0.9 1.1 --activation tanh --T 1000 --d 64 --out reports/decay
+  harness decay --torch examples/torch/lstm2.py:make --shape X=1,T,d --T 256 --d 32
 """
 
 FILES = ("decay.csv", "decay_summary.csv", "decay_clipping.csv", "decay_additive.csv")
+TORCH_FILES = ("decay.csv", "decay_seeds.csv", "decay.png", "decay.svg")     # --torch
 
 # DecayConfig field -> the flag that sets it
 FLAGS = {"rhos": "--rho", "activations": "--activation", "weights": "--weight",
@@ -60,6 +69,19 @@ def add_arguments(parser):
     parser.add_argument("--out", default="reports/decay", metavar="DIR",
                         help="output directory (default: reports/decay)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    torch = parser.add_argument_group("a PyTorch module (--torch)")
+    torch.add_argument("--torch", default=None, metavar="SPEC",
+                       help="pkg.mod:factory or path/file.py:factory: measure this module's "
+                       "||dy_T/dx_(T-k)|| instead of the families'")
+    torch.add_argument("--shape", action="append", default=None, metavar="NAME=DIMS",
+                       help="one per input of the module, the sequence first, its dimension -2 "
+                       "T (e.g. --shape X=1,T,d)")
+    torch.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                       help="the module and its inputs drawn from each (default: 0 1 2 3 4)")
+    torch.add_argument("--dtype", default=None, metavar="DTYPE",
+                       help="float64 (default: norms to 1e-308) or float32")
+    torch.add_argument("--probes", type=int, default=None, metavar="R",
+                       help="vector-Jacobian products of the sketch for large blocks (default: 32)")
 
 
 def configs(args):
@@ -79,6 +101,12 @@ def configs(args):
 
 
 def run(args):
+    if args.torch is not None:
+        return run_torch(args)
+    if args.shape or args.seeds or args.dtype or args.probes:
+        flag = next(f for f, v in (("--shape", args.shape), ("--seeds", args.seeds),
+                                   ("--dtype", args.dtype), ("--probes", args.probes)) if v)
+        raise UsageError(f"{flag}: goes with --torch (the families' sweep has its own inputs)")
     import time
 
     from harness.infra.files import check_out, output_dir, output_set
@@ -114,4 +142,64 @@ def run(args):
             print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         print(f"\nwrote {len(frame)} rows to {out / 'decay.csv'} and {len(summary)} to "
               f"{out / 'decay_summary.csv'} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def torch_config(args):
+    """The ``TorchDecayConfig`` of the arguments, checked (a UsageError naming the flag)."""
+    from harness.torchmodel import decay
+    D = decay.DEFAULT
+    config = replace(D, Ts=tuple(args.T), ds=tuple(args.d),
+                     input_scales=tuple(args.input_scale),
+                     seeds=D.seeds if args.seeds is None else tuple(args.seeds),
+                     dtype=args.dtype or D.dtype,
+                     probes=D.probes if args.probes is None else args.probes)
+    return decay.check_config(config)
+
+
+def run_torch(args):
+    """``harness decay --torch``: the user's module's gradient path over input scales and seeds."""
+    import time
+
+    from harness.infra.files import check_out, output_dir, output_set
+
+    check_out(args.out, files=TORCH_FILES)
+    config = torch_config(args)
+    from harness.torchmodel import load
+    load.import_torch()
+    shapes = load.parse_shapes(args.shape)
+    factory = load.load_factory(args.torch)
+    import pandas as pd
+
+    from harness.infra.progress import Progress
+    from harness.report import figures
+    from harness.torchmodel import decay
+
+    progress = Progress("harness decay --torch", args.quiet)
+    n = len(config.Ts) * len(config.ds) * len(config.input_scales) * len(config.seeds)
+    with output_dir(args.out, files=TORCH_FILES) as out:
+        t0 = time.perf_counter()
+        with progress.steps(n, "draws") as step:
+            frame = decay.decay_frame(
+                factory, args.torch, shapes, config,
+                progress=lambda i, n, job: step(" ".join(f"{k}={v}" for k, v in job.items())))
+        seeds = decay.over_seeds(frame)
+        # the families' figure, which draws unit-scale inputs: none without them
+        unit = frame.input_scale == figures.numbers.UNIT_SCALE
+        with output_set(out) as files:
+            files.write_csv(TORCH_FILES[0], frame)
+            files.write_csv(TORCH_FILES[1], seeds)
+            if unit.any():
+                for suffix, data in figures.encode(figures.figure_decay({"decay": frame})).items():
+                    files.write_bytes(f"decay.{suffix}", data)
+            else:
+                progress.line(f"no figure: it draws --input-scale {figures.numbers.UNIT_SCALE:g}, "
+                              f"which this run leaves out")
+        cols = ["input_scale", "T", "d", "distance", "norm_measure", "seeds", "log10_median",
+                "log10_median_lo", "log10_median_hi", "log10_min", "log10_max"]
+        with pd.option_context("display.width", 200, "display.max_rows", 500):
+            print(decay.table(seeds)[cols].to_string(index=False,
+                                                     float_format=lambda v: f"{v:.4g}"))
+        print(f"\nwrote {len(frame)} rows to {out / 'decay.csv'} and {len(seeds)} to "
+              f"{out / 'decay_seeds.csv'} in {time.perf_counter() - t0:.1f} s")
     return 0
