@@ -518,14 +518,13 @@ def test_a_projection_that_overflows_is_named():
 # ------------------------------------------- the forward's projections, kept for the backward
 
 def _counting_projections(monkeypatch):
+    """The shapes of X in every projection made, by the checked path or the plain one."""
     calls = []
-    real = at._projections
-
-    def counted(*args):
-        calls.append(args[0].shape)
-        return real(*args)
-
-    monkeypatch.setattr(at, "_projections", counted)
+    for name in ("_projections", "_project_bits"):
+        def counted(*args, real=getattr(at, name)):
+            calls.append(args[0].shape)
+            return real(*args)
+        monkeypatch.setattr(at, name, counted)
     return calls
 
 

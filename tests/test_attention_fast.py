@@ -1,0 +1,137 @@
+"""The self-attention forward's plain-input path (``attention._fast_forward``) against the
+checked path it stands in for: the same results bit for bit, the same errors, the same
+projections kept for the backward, and the checked path wherever an input is not plain."""
+
+import numpy as np
+import pytest
+
+from harness.infra import workspace
+from harness.kernels import attention as at
+
+
+def _inputs(shape, dtype, seed=0, w_scale=0.25):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal(shape).astype(dtype)
+    d = shape[-1]
+    W = [(rng.standard_normal((d, w)) * w_scale).astype(dtype) for w in (d, d, d + 3)]
+    W[1] = W[1][:, :d]                           # Wk shaped as Wq; Wv wider (d_v != d_k)
+    return X, W
+
+
+def _checked(X, W, scale=True, causal=False):
+    """The checked path: a numpy bool is not a Python bool, so the plain path declines it."""
+    return at.forward(X, *W, scale=np.bool_(scale), causal=np.bool_(causal))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(128, 64), (1, 7, 5), (3, 50, 16)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [False, True])
+def test_plain_path_is_the_checked_path_bit_for_bit(dtype, shape, causal, scale):
+    X, W = _inputs(shape, dtype)
+    assert at._fast_forward(X, *W, scale, causal) is not None     # the plain path runs here
+    Y1, A1 = at.forward(X, *W, scale=scale, causal=causal)
+    Y2, A2 = _checked(X, W, scale, causal)
+    assert Y1.shape == Y2.shape and A1.shape == A2.shape
+    assert Y1.dtype == Y2.dtype == dtype
+    np.testing.assert_array_equal(Y1, Y2)
+    np.testing.assert_array_equal(A1, A2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_backward_reuses_the_plain_paths_projections(dtype):
+    X, W = _inputs((2, 40, 12), dtype, seed=1)
+    dY = np.random.default_rng(2).standard_normal((2, 40, 15)).astype(dtype)
+    Y, A = at.forward(X, *W)
+    kept = at._kept_projections(X, tuple(W))
+    assert kept is not None                                       # what the backward will reuse
+    Xq = X.astype(np.float64) @ W[0].astype(np.float64)
+    bound = 4 * X.shape[-1] * np.finfo(dtype).eps * (np.abs(X) @ np.abs(W[0]))   # a dot's rounding
+    assert np.all(np.abs(kept[0] - Xq) <= bound)
+    g1 = at.backward(X, *W, A, dY)
+    workspace.clear()                                             # nothing to reuse: the GEMMs redone
+    g2 = at.backward(X, *W, A, dY)
+    for a, b in zip(g1, g2):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_input_changed_in_place_is_not_reused():
+    X, W = _inputs((30, 8), np.float64, seed=3)
+    at.forward(X, *W)
+    X[4, 2] += 1.0                                   # same object, other values
+    assert at._kept_projections(X[None], tuple(W)) is None
+    Y, A = at.forward(X, *W)
+    Y2, A2 = _checked(X, W)
+    np.testing.assert_array_equal(Y, Y2)
+
+
+def test_a_checked_forward_after_a_plain_one_keeps_its_own_projections():
+    X, W = _inputs((20, 6), np.float64, seed=4)
+    X2, _ = _inputs((20, 6), np.float64, seed=5)
+    at.forward(X, *W)                                # plain: its buffers kept
+    _checked(X2, W)                                  # checked: the workspace's own Q, K, V
+    assert at._kept_projections(X[None], tuple(W)) is None
+    kept = at._kept_projections(X2[None], tuple(W))
+    np.testing.assert_allclose(kept[2], (X2 @ W[2])[None], rtol=1e-13)
+
+
+def _not_plain_cases():
+    X, W = _inputs((16, 4), np.float64)
+    Xs = np.asfortranarray(X)
+    yield "strided X", (Xs, *W), {}
+    yield "mixed dtypes", (X.astype(np.float32), *W), {}
+    yield "a strided weight", (X, np.asfortranarray(W[0]), W[1], W[2]), {}
+    yield "Wk not shaped as Wq", (X, W[0], W[2], W[2]), {}
+    yield "a list, not an array", (X.tolist(), *W), {}
+    yield "a numpy bool", (X, *W), {"scale": np.True_}
+    yield "an int flag", (X, *W), {"causal": 0}
+    yield "a zero-length axis", (X[:0], *W), {}
+    yield "a 1-D X", (X[0], *W), {}
+
+
+@pytest.mark.parametrize("what, args, kw", list(_not_plain_cases()), ids=lambda x: x if isinstance(x, str) else "")
+def test_the_plain_path_declines_what_is_not_plain(what, args, kw):
+    kw = {"scale": True, "causal": False, **kw}
+    assert at._fast_forward(*args, kw["scale"], kw["causal"]) is None
+
+
+def test_errors_are_the_checked_paths():
+    X, W = _inputs((16, 4), np.float32)
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="X holds 1 NaN or inf"):
+        at.forward(bad, *W)
+    Wbad = [w.copy() for w in W]
+    Wbad[1][0, 0] = np.inf
+    with pytest.raises(ValueError, match="Wk holds 1 NaN or inf"):
+        at.forward(X, *Wbad)
+    big = [w * np.float32(1e30) for w in W]          # finite weights, projections past float32
+    with pytest.raises(FloatingPointError, match="Q = X Wq overflows float32"):
+        at.forward(X * np.float32(1e10), *big)
+    assert at._kept_projections(X[None], tuple(W)) is None
+
+
+@pytest.mark.parametrize("dtype, factor", [(np.float32, 1e19), (np.float64, 1e154)])
+def test_scores_that_need_rescaling_go_the_checked_way(dtype, factor):
+    X, W = _inputs((12, 4), dtype, seed=6)
+    Xb = X * dtype(factor)                           # Q K^T would overflow: _score_range rescales
+    assert at._fast_forward(Xb, *W, True, False) is None
+    Y, A = at.forward(Xb, *W)
+    assert np.isfinite(Y).all() and np.isfinite(A).all()
+    np.testing.assert_allclose(A.sum(axis=-1), 1.0, rtol=1e-5)
+    Y2, A2 = _checked(Xb, W)
+    np.testing.assert_array_equal(Y, Y2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_abs_bits_is_the_largest_magnitude(dtype):
+    U, mask, inf = at._U[np.dtype(dtype).itemsize]
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(1001) * 3).astype(dtype)
+    m = at._abs_bits(x.view(U), U(mask))
+    assert np.array(m, dtype=U).view(dtype) == np.abs(x).max()
+    for bad in (np.inf, -np.inf, np.nan):
+        y = x.copy()
+        y[500] = bad
+        assert at._abs_bits(y.view(U), U(mask)) >= U(inf)
+    assert at._abs_bits(np.zeros(3, dtype).view(U), U(mask)) == 0
