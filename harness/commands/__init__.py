@@ -17,6 +17,7 @@ COMMANDS = {
     "decay": "harness.commands.decay",
     "depth": "harness.commands.depth",
     "compare": "harness.commands.compare",
+    "roofline": "harness.commands.roofline",
 }
 
 
