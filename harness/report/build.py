@@ -21,7 +21,7 @@ import pandas as pd
 
 from harness import models
 from harness.analysis import (claims, clipping, depth, figure1, gradpath, lesson_checks, lessons,
-                              peakmem, schedule, walltime)
+                              peakmem, roofline, schedule, walltime)
 from harness.infra import machine, signals, timing
 from harness.infra.config import REPORT
 from harness.infra.files import OutputSet, UsageError
@@ -32,7 +32,7 @@ from harness.models import PARALLEL_RECURRENCE as LRU
 from harness.models import RECURRENCE as RNN
 from harness.report import captions, figures, history, html
 
-STAGES = 9          # the progress calls of _sections, for a bar with a count
+STAGES = 10         # the progress calls of _sections, for a bar with a count
 # the data dictionary, copied beside the CSVs it describes (from a checkout; a wheel has no docs/)
 DATA_DICTIONARY = Path(__file__).resolve().parents[2] / "docs" / "data.md"
 
@@ -52,6 +52,12 @@ def gated_rows(frame):
     the tanh RNN's on orthogonal W_hh."""
     return frame[frame.model.isin(GATED) | ((frame.model == RNN) & (frame.activation == "tanh")
                                             & (frame.weight == "orthogonal"))]
+
+
+def roofline_config(config):
+    """The roofline section's config: ``config.roofline`` where the report's config has one,
+    else ``roofline.QUICK`` (about 30 s), in the full report as in the quick one."""
+    return getattr(config, "roofline", None) or roofline.QUICK
 
 
 def _sections(config, progress):
@@ -121,6 +127,12 @@ def _sections(config, progress):
     yield ("wall", "Measured: forward time against T",
            {"wall_times": wall, "wall_samples": wall.attrs["samples"], "exponents": expo,
             "rates": rates_frame}, [("wall_times", figures.figure_wall)])
+
+    progress("roofline: the machine's ceilings, each kernel placed on them")
+    ceil, kern, cross = roofline.run(roofline_config(config))
+    yield ("roofline", "The roofline: every kernel against the machine's ceilings",
+           {"ceilings": ceil, "roofline": kern, "roofline_crossover": cross},
+           [("roofline", figures.figure_roofline)])
 
     progress("peak memory over T, a fresh process per variant")
     mem = peakmem.measure(config.memory)

@@ -393,13 +393,64 @@ def caption_linear(f):
             f"the {slow} one.")
 
 
+def _kernel_name(r):
+    return f"{r.family}{'' if r.kernel == 'default' else ' ' + r.kernel} {r.direction}"
+
+
+def caption_roofline(f):
+    """The ceilings' extremes, how many kernels each kind of bound holds, the median, highest
+    and lowest fraction of its bound a kernel reaches, and the crossover predicted from the
+    roofline beside the measured one."""
+    c, k = f["ceilings"], f["roofline"]
+    x = f.get("roofline_crossover")
+    compute = c[c.level == "compute"]
+    parts = []
+    for dtype, g in compute.groupby("dtype"):
+        top = g.loc[g.value.idxmax()]
+        fma = g[g.ceiling.str.startswith("FMA")]
+        gemm = g[g.ceiling.str.startswith("gemm")]
+        vs = (f"; the FMA loop {fma.value.iloc[0]:.1f}, {fma.value.iloc[0] / gemm.value.max():.0%} "
+              f"of the faster GEMM" if len(fma) and len(gemm) else "")
+        parts.append(f"{dtype} peaks at {top.value:.1f} GFLOP/s ({top.ceiling}, 95 % interval "
+                     f"{top.lo:.1f}–{top.hi:.1f}){vs}")
+    bw = c[c.level != "compute"].groupby("level")["value"].max()
+    levels = [lv for lv in ("L1", "L2", "L3", "memory") if lv in bw.index]
+    text = ("On one thread, " + "; ".join(parts) + ". Bandwidth (the better of the read-only "
+            "sum and the triad) is " + ", ".join(f"{bw[lv]:.1f} GB/s in {lv}" for lv in levels)
+            + ".")
+    n_compute = int(k.bound_kind.str.startswith("compute").sum())
+    best, worst = k.loc[k.fraction.idxmax()], k.loc[k.fraction.idxmin()]
+    text += (f" Of {len(k)} kernel timings, {n_compute} are bound by compute and "
+             f"{len(k) - n_compute} by bandwidth; they reach a median {k.fraction.median():.0%} "
+             f"of their bound, from {worst.fraction:.0%} ({_kernel_name(worst)}, T = {worst['T']}, "
+             f"d = {worst.d}, {worst['dtype']}) to {best.fraction:.0%} ({_kernel_name(best)}, "
+             f"T = {best['T']}, d = {best.d}, {best['dtype']}).")
+    if x is not None:
+        for _, r in x.iterrows():
+            if not np.isfinite(r.rnn_step_s):
+                continue
+            measured = (f"measured at T ≈ {r.measured_T:,.0f}" if np.isfinite(r.measured_T)
+                        else "not bracketed by the measured lengths")
+            interval = (f" (95 % interval {r.measured_T_lo:,.0f}–{r.measured_T_hi:,.0f})"
+                        if np.isfinite(r.measured_T_lo) else "")
+            predicted = (f"T ≈ {r.predicted_T:,.0f}" if np.isfinite(r.predicted_T)
+                         else "no crossing")
+            text += (f" At d = {r.d} the RNN's step takes {r.rnn_step_s * 1e6:.2f} µs, "
+                     f"{r.rnn_step_s / r.rnn_step_bound_s:.1f}× its roofline bound (each step "
+                     f"waits for the last); from the two kernels' achieved rates attention's "
+                     f"grid and mix overtake it at {predicted}, with both at their bounds at "
+                     f"T ≈ {r.bound_T:,.0f} (counted: T = {r.counted_T:,.0f}); {measured}"
+                     f"{interval}.")
+    return text
+
+
 CAPTIONS = {
     "decay": caption_decay, "clipping": caption_clipping, "depth": caption_depth,
     "schedule": caption_schedule, "work": caption_work, "maps": caption_maps,
     "additive": caption_additive, "wall": caption_wall, "history": caption_history,
     "attention_path": caption_attention_path, "memory": caption_memory,
     "recurrence": caption_recurrence, "gated": caption_gated, "transformer": caption_transformer,
-    "linear": caption_linear,
+    "linear": caption_linear, "roofline": caption_roofline,
 }
 
 

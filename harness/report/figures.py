@@ -422,3 +422,44 @@ def figure_linear(f):
     for ax in g.axes.flat:            # the panels' own T ranges: powers of ten, no minor labels
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     return g.figure
+
+
+def figure_roofline(f):
+    """The classic roofline, one panel per dtype: intensity (flop/byte) against GFLOP/s in
+    log-log, the compute ceilings as flat lines, each level's bandwidth as a diagonal (its
+    GB/s times the intensity, up to the highest peak), every kernel a point (hue: family,
+    marker: direction) with its achieved rate's 95 % interval as a bar."""
+    k, c = f["roofline"].copy(), f["ceilings"]
+    k["GFLOP/s"] = k["achieved"] / 1e9
+    g = sns.relplot(data=k, x="intensity", y="GFLOP/s", hue="family", style="direction",
+                    col="dtype", kind="scatter", s=45, height=4.0, aspect=1.25,
+                    facet_kws={"sharey": True})
+    g.set(xscale="log", yscale="log")
+    g.set_axis_labels("arithmetic intensity (flop / byte)", "GFLOP/s")
+    lo_x = max(min(k["intensity"].min() / 4, 0.05), 1e-3)
+    hi_x = k["intensity"].max() * 4
+    xs = np.geomspace(lo_x, hi_x, 200)
+    compute = c[c.level == "compute"]
+    bw = c[c.level != "compute"].groupby("level")["value"].max()
+    for dtype, ax in g.axes_dict.items():
+        rows = k[k.dtype == dtype]
+        ax.errorbar(rows["intensity"], rows["GFLOP/s"],
+                    yerr=[(rows["achieved"] - rows["achieved_lo"]).clip(lower=0) / 1e9,
+                          (rows["achieved_hi"] - rows["achieved"]).clip(lower=0) / 1e9],
+                    fmt="none", ecolor="0.45", elinewidth=0.8, capsize=2, zorder=1)
+        peaks = compute[compute.dtype == dtype]
+        top = float(peaks["value"].max()) if len(peaks) else np.nan
+        # the faster GEMM and the FMA loop: the two GEMMs draw the same line, to a few per cent
+        gemm = peaks[peaks.ceiling.str.startswith("gemm")]
+        shown = [r for r in (gemm.loc[gemm.value.idxmax()] if len(gemm) else None,
+                             *[r for _, r in peaks[~peaks.ceiling.str.startswith("gemm")].iterrows()])
+                 if r is not None]
+        lines = [ax.axhline(p.value, color="k", lw=0.9, ls=ls,
+                            label=f"{p.ceiling}: {p.value:.1f} GFLOP/s")
+                 for p, ls in zip(shown, ("--", "-", ":"))]
+        lines += [ax.plot(xs, np.minimum(v * xs, top), color=color, lw=1.0,
+                          label=f"{level}: {v:.1f} GB/s")[0]
+                  for (level, v), color in zip(bw.items(), sns.color_palette("crest", len(bw)))]
+        ax.legend(handles=lines, fontsize=6.5, loc="upper left", bbox_to_anchor=(0, -0.16),
+                  ncol=2, title="ceilings", title_fontsize=7, frameon=False)
+    return g.figure
