@@ -323,7 +323,7 @@ def attention_bytes(direction, B, T, d, s, resident):
 
 def tiled_attention_bytes(direction, B, T, d, s, resident):
     """Attention by tiles (``TILE_Q`` query rows at a time), never storing the T x T weights.
-    Forward: X read, the weights once, Y and one log-sum-exp L (B, T) written; K and V
+    Forward: X read, the weights once, Y and one log-sum-exp L (B, T, float64) written; K and V
     (B, T, d each) read again for every later query tile when they exceed ``resident``.
     Backward: X, Y, L, dY read, dX and the weights' gradients written, the same re-reads."""
     from harness.kernels.attention import TILE_Q
@@ -331,10 +331,11 @@ def tiled_attention_bytes(direction, B, T, d, s, resident):
     tiles = math.ceil(T / min(TILE_Q, T))
     kv = 2 * B * T * d * s
     again = (tiles - 1) * kv if kv > resident else 0
+    lse = B * T * 8                                  # L is kept in float64 in either dtype
     if direction == "forward":
-        io = 2 * B * T * d * s + w + B * T * s
+        io = 2 * B * T * d * s + w + lse
     else:
-        io = 4 * B * T * d * s + 2 * w + B * T * s
+        io = 4 * B * T * d * s + 2 * w + lse
     return _parts(io, again, io)
 
 
@@ -507,7 +508,10 @@ def predicted_crossover(kernels, ceilings, d, dtype="float64", T_grid=None):
 
     ``rnn_step_s``: the RNN forward's seconds per step at its benchmark size (its achieved rate
     at its intensity; each step waits for the last: the latency chain), against
-    ``rnn_step_bound_s``, a step at its roofline bound. Attention's time at T: the lessons'
+    ``rnn_step_bound_s``, a step at its roofline bound, and ``rnn_step_read_s``, one read of
+    W_hh (d^2 s bytes) at the bandwidth of the level it fits in (``w_hh_level``): the bytes
+    model's claim that a step must at least read W_hh, checked against the time a step
+    takes. Attention's time at T: the lessons'
     products (``Tracing.lesson_parts``: grid and mix) at the rate its forward achieves at T
     (interpolated in log T between its benchmark sizes), or at its bound (``bound_T``, both
     kernels at their bounds). Crossings by ``stats.log_crossing`` on ``T_grid``.
@@ -542,7 +546,10 @@ def predicted_crossover(kernels, ceilings, d, dtype="float64", T_grid=None):
     t_att = np.array([att_flops(T) / _rate_at(att, T) for T in T_grid])
     t_rnn_b = T_grid * step_bound
     t_att_b = np.array([att_flops(T) / att_bound(T) for T in T_grid])
+    w_hh = d * d * s                                 # the step's one read of W_hh ...
+    read = w_hh / (bw[level_of(w_hh, caches)] * 1e9)   # ... at the bandwidth of its level
     return dict(rnn_T=int(r["T"]), rnn_step_s=step, rnn_step_bound_s=step_bound,
+                rnn_step_read_s=read, w_hh_level=level_of(w_hh, caches),
                 rnn_fraction=float(r.fraction),
                 attention_T=" ".join(str(int(t)) for t in sorted(att["T"])),
                 predicted_T=log_crossing(T_grid, np.log(t_att / t_rnn)),
@@ -577,6 +584,8 @@ def crossover(kernels, ceilings, config=DEFAULT):
                          measured_T_hi=float(m.measured_T_hi),
                          rnn_step_s=p.get("rnn_step_s", math.nan),
                          rnn_step_bound_s=p.get("rnn_step_bound_s", math.nan),
+                         rnn_step_read_s=p.get("rnn_step_read_s", math.nan),
+                         w_hh_level=p.get("w_hh_level", ""),
                          rnn_fraction=p.get("rnn_fraction", math.nan),
                          rnn_T=p.get("rnn_T", math.nan),
                          attention_T=p.get("attention_T", "")))

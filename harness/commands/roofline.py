@@ -49,37 +49,34 @@ def add_arguments(p):
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
+def check(args):
+    """Refuse a bad argument at once, naming its flag, before anything heavy loads."""
+    from harness import models                        # the registry: nothing heavy
+    for flag, values, ok, expected in (
+            ("--dtype", args.dtype, lambda x: x in DTYPES, "float32 and/or float64"),
+            ("--family", args.family, lambda x: x in models.NAMES,
+             f"among {' '.join(models.NAMES)}"),
+            ("--d", args.d, lambda x: x >= 1, "widths of at least 1")):
+        bad = [x for x in values or () if not ok(x)]
+        if bad:
+            raise UsageError(f"{flag}: must be {expected}, got {bad[0]!r}")
+    if args.rounds is not None and args.rounds < 3:
+        raise UsageError(f"--rounds: must be at least 3 (a 95 % interval needs them), "
+                         f"got {args.rounds}")
+
+
 def config(args):
-    """The RooflineConfig of the arguments, checked once; a UsageError naming the flag."""
+    """The RooflineConfig of the (checked) arguments: --quick's or the default, replaced."""
     from dataclasses import replace
 
-    from harness import models
     from harness.analysis import roofline
+    check(args)
     c = roofline.QUICK if args.quick else roofline.DEFAULT
-    if args.dtype is not None:
-        bad = [x for x in args.dtype if x not in DTYPES]
-        if bad:
-            raise UsageError(f"--dtype: must be float32 and/or float64, got {bad[0]!r}")
-        c = replace(c, dtypes=tuple(dict.fromkeys(args.dtype)))
-    if args.family is not None:
-        bad = [x for x in args.family if x not in models.NAMES]
-        if bad:
-            raise UsageError(f"--family: must be among {' '.join(models.NAMES)}, got {bad[0]!r}")
-        c = replace(c, families=tuple(dict.fromkeys(args.family)))
+    given = {"dtypes": args.dtype, "families": args.family, "crossover_ds": args.d}
+    c = replace(c, **{k: tuple(dict.fromkeys(v)) for k, v in given.items() if v is not None})
     if args.rounds is not None:
-        if args.rounds < 3:
-            raise UsageError(f"--rounds: must be at least 3 (a 95 % interval needs them), "
-                             f"got {args.rounds}")
         c = replace(c, rounds=args.rounds)
-    if args.d is not None:
-        bad = [x for x in args.d if x < 1]
-        if bad:
-            raise UsageError(f"--d: widths must be at least 1, got {bad[0]}")
-        c = replace(c, crossover_ds=tuple(dict.fromkeys(args.d)))
-    try:
-        return roofline.check_config(c)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    return roofline.check_config(c)
 
 
 def run(args):
@@ -87,6 +84,7 @@ def run(args):
 
     from harness.infra.files import check_out, output_dir
 
+    check(args)
     check_out(args.out, files=FILES)      # before anything loads: refused at once
     import pandas as pd
 
@@ -95,7 +93,7 @@ def run(args):
     from harness.infra.progress import Progress
     from harness.report import figures
 
-    cfg = config(args)                    # every check first: a bad argument creates nothing
+    cfg = config(args)
     progress = Progress("harness roofline", args.quiet)
     with output_dir(args.out, files=FILES) as out:
         t0 = time.perf_counter()

@@ -1,0 +1,326 @@
+"""harness.analysis.roofline and ``harness roofline``: bytes and flops against brute counts,
+the bound's min rule, the crossover and the caption against numbers computed apart, the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, OrderedDict
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import cli, models
+from harness.analysis import depth
+from harness.analysis import roofline as R
+
+# --------------------------------------------------------------------------- brute counts
+
+
+def lru_traffic(stream, capacity):
+    """{array: elements moved} between a fully associative LRU cache of ``capacity`` elements
+    and the memory behind it, for a stream of ("r" | "w", (array, index)): every read that
+    misses, and every element written (once: written back at the end; a write allocates
+    without a read)."""
+    cache, moved, written = OrderedDict(), Counter(), set()
+    for op, key in stream:
+        if key in cache:
+            cache.move_to_end(key)
+        else:
+            moved[key[0]] += op == "r"
+            cache[key] = True
+            while len(cache) > capacity:
+                cache.popitem(last=False)
+        if op == "w" and key not in written:
+            written.add(key)
+            moved[key[0]] += 1
+    return moved
+
+
+def rnn_forward_stream(T, d, gates=1, states=1):
+    """The element accesses of a step loop: the input GEMM's one pass over W_ih (gates d x d)
+    and X, then at each step the matrix-vector product, row by row (W_hh[i, j] with h_(t-1)[j]),
+    the other states of step t-1 read, and step t's states written."""
+    for i in range(gates * d * d):
+        yield "r", ("W_ih", i)
+    for i in range(T * d):
+        yield "r", ("X", i)
+    for t in range(T):
+        for i in range(gates * d):
+            for j in range(d):
+                yield "r", ("W_hh", i * d + j)
+                if t:
+                    yield "r", ("S0", (t - 1) * d + j)
+        for k in range(1, states):
+            for i in range(d):
+                if t:
+                    yield "r", (f"S{k}", (t - 1) * d + i)
+        for k in range(states):
+            for i in range(d):
+                yield "w", (f"S{k}", t * d + i)
+
+
+@pytest.mark.parametrize("family,gates,states", [("rnn", 1, 1), ("lstm", 4, 2), ("gru", 3, 1)])
+@pytest.mark.parametrize("fits", [True, False])
+def test_the_recurrences_forward_bytes_are_an_lru_caches_traffic(family, gates, states, fits):
+    """W_hh fits in the resident cache: every element moves once, the whole traffic is the
+    model's; it does not: an LRU cache streams W_hh in again at every step, the model's
+    re-read. Both sides of the rule, against a simulated cache."""
+    T, d, s = 9, 8, 8
+    w_hh = gates * d * d
+    capacity = w_hh + 8 * d if fits else w_hh - 1                # elements
+    brute = lru_traffic(rnn_forward_stream(T, d, gates, states), capacity)
+    model = R.kernel_bytes(family, "default", "forward", 1, T, d, s, resident=capacity * s)
+    assert brute["W_hh"] * s == w_hh * s + model["reread"]
+    assert brute["W_hh"] == (w_hh if fits else T * w_hh)
+    if fits:
+        assert sum(brute.values()) * s == model["bytes"]
+
+
+def _nbytes(x):
+    if isinstance(x, np.ndarray):
+        return x.nbytes
+    if isinstance(x, (tuple, list)):
+        return sum(_nbytes(v) for v in x)
+    return 0
+
+
+# bytes a forward keeps that it does not return (documented in the models' docstrings)
+def _kept_inside(family, kernel, B, T, d, s):
+    if family == "transformer":
+        return (models.get("transformer").kernels.grid_elements(T, B) + 4 * B * T * d) * s
+    if (family, kernel) == ("linear_attention", "parallel"):
+        return B * T * T * s
+    return 0
+
+
+@pytest.mark.parametrize("family,kernel", list(R.KERNELS))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_forwards_bytes_once_are_its_arguments_and_results(family, kernel, dtype):
+    """The forward's io is what the call reads and writes once: the arrays passed and
+    returned (their nbytes), and what it keeps inside for the backward (the Transformer's
+    grid and hidden, parallel linear attention's T x T)."""
+    B, T, d = 2, 12, 8
+    fam = models.get(family)
+    X, W = fam.kernels.inputs(T, d, B, dtype, 0)
+    out = fam.kernel(kernel).forward(X, *W)
+    s = np.dtype(dtype).itemsize
+    model = R.kernel_bytes(family, kernel, "forward", B, T, d, s, resident=1 << 40)
+    assert model["io"] == _nbytes(X) + _nbytes(W) + _nbytes(out) + _kept_inside(
+        family, kernel, B, T, d, s)
+    assert model["reread"] == 0
+
+
+def test_tiled_attention_reads_keys_and_values_again_per_query_tile_when_they_do_not_fit():
+    from harness.kernels.attention import TILE_Q
+    T, d, s = 3 * TILE_Q, 8, 8
+    kv = 2 * T * d * s
+    fits = R.kernel_bytes("attention", "tiled", "forward", 1, T, d, s, resident=kv)
+    spills = R.kernel_bytes("attention", "tiled", "forward", 1, T, d, s, resident=kv - 1)
+    assert fits["reread"] == 0 and spills["reread"] == 2 * kv
+    assert spills["io"] == fits["io"]
+
+
+# --------------------------------------------------------------------------- flops
+
+@pytest.mark.parametrize("family,kernel", list(R.KERNELS))
+def test_a_kernels_flops_are_twice_the_traced_multiplications(family, kernel):
+    T, d = 6, 8
+    tr = depth.trace_model(R.KERNELS[family, kernel][1], T, d)
+    traced = sum(tr.macs_by_part().values())
+    assert R.kernel_flops(family, kernel, "forward", 1, T, d) == 2 * traced
+    assert R.kernel_flops(family, kernel, "forward", 3, T, d) == 3 * 2 * traced
+    assert R.kernel_flops(family, kernel, "backward", 1, T, d) == 2 * 2 * traced
+
+
+def rnn_backward_products(T, d):
+    """Multiplications of a plain RNN backward, counted by walking its loops: per step,
+    dX_t = W_xh^T da_t, dW_xh += da_t x_t^T, dW_hh += da_t h_(t-1)^T (none at t = 1, h_0 = 0),
+    dh_(t-1) = W_hh^T da_t (none at t = 1); the elementwise tanh' products aside, as the
+    forward's count sets its tanh aside."""
+    count = 0
+    for t in range(T):
+        for i in range(d):
+            for j in range(d):
+                count += 1                       # dX_t
+                count += 1                       # dW_xh
+                if t:
+                    count += 1                   # dW_hh
+                    count += 1                   # dh_(t-1)
+    return count
+
+
+def test_the_backwards_count_is_twice_the_forwards_against_a_brute_count():
+    T, d = 50, 4
+    brute = 2 * rnn_backward_products(T, d)
+    model = R.kernel_flops("rnn", "default", "backward", 1, T, d)
+    assert model == 2 * R.kernel_flops("rnn", "default", "forward", 1, T, d)
+    assert abs(model - brute) / brute <= 1 / T                   # the first step's two products
+
+
+# --------------------------------------------------------------------------- bound
+
+def test_the_bound_is_the_lower_roof_on_either_side_of_the_ridge():
+    peak, bw = 40e9, 10e9                    # ridge at 4 flop / byte
+    assert R.bound(1.0, peak, bw) == (10e9, "bandwidth")
+    assert R.bound(100.0, peak, bw) == (40e9, "compute")
+    assert R.bound(4.0, peak, bw) == (40e9, "compute")
+    assert R.bound(3.999, peak, bw)[1] == "bandwidth"
+
+
+def _ceilings(peak=20.0, bw=None):
+    bw = bw or {"L1": 100.0, "L2": 50.0, "L3": 20.0, "memory": 5.0}
+    rows = [dict(ceiling="gemm (NumPy)", dtype="float64", level="compute", value=peak / 2),
+            dict(ceiling="FMA loop (Numba)", dtype="float64", level="compute", value=peak)]
+    rows += [dict(ceiling="sum (read)", dtype="float64", level=lv, value=v) for lv, v in bw.items()]
+    rows += [dict(ceiling="triad (a = b + s c)", dtype="float64", level=lv, value=v / 2)
+             for lv, v in bw.items()]
+    frame = pd.DataFrame(rows).assign(lo=lambda f: f.value * 0.9, hi=lambda f: f.value * 1.1,
+                                      working_set_bytes=1, unit="GB/s", blas="")
+    frame.attrs["caches"] = {"L1": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
+    return frame
+
+
+def test_a_placed_kernel_takes_the_level_its_working_set_fits_in():
+    c = _ceilings()
+    caches = c.attrs["caches"]
+    small = R.place("rnn", "default", "forward", 1, 16, 8, "float64", 1e-3, 0.9e-3, 1.1e-3, c,
+                    caches)
+    assert small["level"] == "L1" and small["working_set_bytes"] <= caches["L1"]
+    big = R.place("attention", "default", "forward", 1, 4096, 64, "float64", 1.0, 0.9, 1.1, c,
+                  caches)
+    assert big["level"] == "memory"                   # A alone is 128 MiB
+    flops = R.kernel_flops("attention", "default", "forward", 1, 4096, 64)
+    assert big["achieved"] == flops and big["achieved_lo"] == pytest.approx(flops / 1.1)
+    assert big["bound"] == min(20e9, big["intensity"] * 5e9)
+    assert big["fraction"] == pytest.approx(flops / big["bound"])
+
+
+def test_the_levels_are_chosen_smallest_first():
+    caches = {"L1": 10, "L2": 100, "L3": 1000}
+    assert [R.level_of(n, caches) for n in (1, 10, 11, 100, 1000, 1001)] == \
+        ["L1", "L1", "L2", "L2", "L3", "memory"]
+    assert R.working_sets(caches, 8) == {"L1": 5, "L2": 50, "L3": 500, "memory": 8000}
+
+
+# --------------------------------------------------------------------------- caches
+
+def test_cache_sizes_read_sysfs_then_lscpu_then_the_default(tmp_path):
+    for i, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"),
+                                             (2, "Unified", "2048K"), (3, "Unified", "96M")]):
+        p = tmp_path / "sys" / f"index{i}"
+        p.mkdir(parents=True)
+        (p / "level").write_text(f"{level}\n")
+        (p / "type").write_text(f"{kind}\n")
+        (p / "size").write_text(f"{size}\n")
+    assert R.cache_sizes(tmp_path / "sys") == ({"L1": 48 << 10, "L2": 2 << 20, "L3": 96 << 20},
+                                               "sysfs")
+    lscpu = ("L1d cache:                               64 KiB (2 instances)\n"
+             "L1i cache:                               64 KiB (2 instances)\n"
+             "L2 cache:                                1 MiB (2 instances)\n"
+             "L3 cache:                                32 MiB (1 instance)\n")
+    assert R.cache_sizes(tmp_path / "none", lscpu) == (
+        {"L1": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}, "lscpu")
+    assert R.cache_sizes(tmp_path / "none", "nothing here") == (R.DEFAULT_CACHES, "default")
+
+
+# --------------------------------------------------------------------------- crossover
+
+def _kernels_frame(step_s, rate, d, Ts=(128, 512, 2048)):
+    """An RNN forward of ``step_s`` a step, attention's forward at ``rate`` flop/s at every T."""
+    rows = [dict(family="rnn", kernel="default", direction="forward", batch=1, T=1000, d=d,
+                 dtype="float64", seconds=1000 * step_s, flops=4 * 1000 * d * d, bound=1e10,
+                 fraction=0.5)]
+    rows += [dict(family="attention", kernel="default", direction="forward", batch=1, T=T, d=d,
+                  dtype="float64", achieved=rate, seconds=1.0, flops=1, bound=1, fraction=1)
+             for T in Ts]
+    return pd.DataFrame(rows)
+
+
+def test_the_predicted_crossover_solves_T_step_equal_to_attentions_time():
+    d, step, rate = 64, 2e-6, 8e9
+    p = R.predicted_crossover(_kernels_frame(step, rate, d), _ceilings(), d)
+    # T step = 4 T^2 d / rate (grid and mix, 2 T^2 d multiplications, 2 flops each)
+    assert p["predicted_T"] == pytest.approx(step * rate / (4 * d), rel=0.01)
+    assert p["rnn_step_s"] == step
+    assert p["rnn_step_read_s"] == pytest.approx(d * d * 8 / 100e9)     # 32 KiB: L1
+    assert p["w_hh_level"] == "L1"
+    # both at their bounds: the RNN's 4 d^2 flops a step at 1e10, attention at its own bound
+    assert p["rnn_step_bound_s"] == pytest.approx(4 * d * d / 1e10)
+    assert R.predicted_crossover(_kernels_frame(step, rate, d), _ceilings(), 32) == {}
+
+
+def test_the_caption_states_numbers_computed_apart():
+    from harness.report import captions
+    c = _ceilings()
+    k = pd.DataFrame([R.place("rnn", "default", direction, 1, T, d, "float64", sec, sec * 0.9,
+                              sec * 1.1, c, c.attrs["caches"])
+                      for direction, T, d, sec in [("forward", 1000, 64, 2e-3),
+                                                   ("backward", 1000, 64, 3e-3),
+                                                   ("forward", 1000, 512, 0.5)]])
+    x = pd.DataFrame([dict(d=64, dtype="float64", counted_T=64.0, bound_T=70.0, predicted_T=300.0,
+                           measured_T=250.0, measured_T_lo=200.0, measured_T_hi=320.0,
+                           rnn_step_s=2e-6, rnn_step_bound_s=5e-7, rnn_step_read_s=1e-7,
+                           w_hh_level="L1", rnn_fraction=0.25, rnn_T=1000, attention_T="128")])
+    text = captions.caption_roofline({"ceilings": c, "roofline": k, "roofline_crossover": x})
+    fractions = sorted(r["fraction"] for _, r in k.iterrows())
+    n_compute = sum(1 for kind in k.bound_kind if kind.split(" ")[0] == "compute")
+    assert f"median {fractions[1]:.0%}" in text
+    assert f"{n_compute} are bound by compute and {3 - n_compute} by bandwidth" in text
+    assert "float64 peaks at 20.0 GFLOP/s" in text and "200% of the faster GEMM" in text
+    assert "100.0 GB/s in L1" in text and "5.0 GB/s in memory" in text
+    assert "4.0× its roofline bound" in text and "T ≈ 300" in text and "T ≈ 250" in text
+
+
+# --------------------------------------------------------------------------- CLI
+
+TINY = dataclasses.replace(R.QUICK, gemm_n=64, min_sample_s=1e-3, crossover_T=(8, 16, 32, 64))
+
+
+def test_the_cli_writes_every_file_with_documented_columns(tmp_path, monkeypatch, capsys):
+    from test_data_dictionary import dictionary
+    monkeypatch.setattr(R, "QUICK", TINY)
+    monkeypatch.setattr(R, "cache_sizes", lambda *a, **k: ({"L1": 32 << 10, "L2": 256 << 10,
+                                                            "L3": 1 << 20}, "sysfs"))
+    out = tmp_path / "roof"
+    assert cli.main(["roofline", "--quick", "--family", "rnn", "--d", "8", "--quiet",
+                     "--out", str(out)]) == 0
+    from harness.commands.roofline import FILES
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    doc = dictionary()
+    for name in ("ceilings.csv", "roofline.csv", "roofline_crossover.csv"):
+        frame = pd.read_csv(out / name)
+        assert len(frame)
+        missing = [col for col in frame.columns if col not in doc.get(name, {})]
+        assert not missing, f"{name}: {missing} not in docs/data.md"
+    k = pd.read_csv(out / "roofline.csv")
+    assert set(k.family) == {"rnn"} and set(k.direction) == {"forward", "backward"}
+    assert (k.achieved_lo <= k.achieved).all() and (k.achieved <= k.achieved_hi).all()
+    assert np.allclose(k.intensity, k.flops / k.bytes)
+    c = pd.read_csv(out / "ceilings.csv")
+    assert set(c.level) == {"compute", "L1", "L2", "L3", "memory"}
+    assert set(c[c.level == "compute"].dtype) == {"float32", "float64"}
+    x = pd.read_csv(out / "roofline_crossover.csv")
+    assert list(x.d) == [8] and x.counted_T.iloc[0] == 8
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--dtype", "float16"], "--dtype"), (["--family", "nosuch"], "--family"),
+    (["--d", "0"], "--d"), (["--rounds", "2"], "--rounds"), (["--rounds", "x"], "--rounds")])
+def test_bad_arguments_are_named(argv, flag, tmp_path, capsys):
+    try:
+        rc = cli.main(["roofline", *argv, "--out", str(tmp_path / "o")])
+    except SystemExit as e:                   # argparse's own: not a whole number
+        rc = e.code
+    assert rc == 2
+    assert flag in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_config_with_too_few_rounds_or_no_family_is_refused():
+    with pytest.raises(ValueError, match="rounds"):
+        R.check_config(dataclasses.replace(R.QUICK, rounds=2))
+    with pytest.raises(ValueError, match="families"):
+        R.check_config(dataclasses.replace(R.QUICK, families=()))
+    with pytest.raises(ValueError, match="dtypes"):
+        R.check_config(dataclasses.replace(R.QUICK, dtypes=("int8",)))
