@@ -270,6 +270,59 @@ class Traced:
         axes = self.axes if dist.ndim == self.ndim else ("?",) * dist.ndim
         return self._view(dist, sdep, axes, leaf=self.leaf)       # a slice of a weight is that weight
 
+    # --- views and reductions an exported PyTorch graph needs (harness.torchmodel.interp) ----
+    def transpose(self, *perm):
+        """A view with its axes in the order ``perm`` (np.transpose; no argument reverses them),
+        made of swaps; a permutation of a weight is that weight."""
+        perm = tuple(perm[0]) if len(perm) == 1 and isinstance(perm[0], (tuple, list)) else perm
+        perm = tuple(range(self.ndim))[::-1] if not perm else tuple(p % max(self.ndim, 1)
+                                                                      for p in perm)
+        if sorted(perm) != list(range(self.ndim)):
+            raise ValueError(f"trace: transpose of {self.ndim} axes by {perm}, not a permutation")
+        dist, sdep, axes, order = self._dist, self._sdep, list(self.axes), list(range(self.ndim))
+        for i, p in enumerate(perm):                # selection sort by swaps: at most ndim - 1
+            j = order.index(p)
+            if j != i:
+                dist, sdep = dist.swap(i, j), sdep.swap(i, j)
+                order[i], order[j] = order[j], order[i]
+                axes[i], axes[j] = axes[j], axes[i]
+        return self._view(dist, sdep, axes, leaf=self.leaf)
+
+    def broadcast_to(self, shape):
+        """A view of ``shape`` that repeats this value along its one-wide (or missing leading)
+        axes, as np.broadcast_to: free, every copy waits for what the original waits for."""
+        shape = tuple(int(s) for s in shape)
+        np.broadcast_shapes(self.shape, shape)               # ValueError as numpy's
+        if np.broadcast_shapes(self.shape, shape) != shape:
+            raise ValueError(f"trace: cannot broadcast {self.shape} to {shape}")
+        lead = ("?",) * (len(shape) - self.ndim)
+        return self._view(Field(shape, self._dist.terms, "min"),
+                          Field(shape, self._sdep.terms, "max"), lead + self.axes, leaf=self.leaf)
+
+    def reshape_kept(self, shape):
+        """``reshape`` that keeps a large Field's terms where the reshape only adds or drops
+        one-wide axes or regroups the axes before the last two (a (1, h, T, T) grid viewed
+        as (h, T, T)), so that a T x T grid stays two vectors of T; else ``reshape``. The
+        values are the dense reshape's either way."""
+        shape = np.lib.stride_tricks.as_strided(np.zeros(1, bool), self.shape,
+                                                (0,) * self.ndim).reshape(shape).shape
+        d1, s1 = _reshape_terms(self._dist, shape), _reshape_terms(self._sdep, shape)
+        if d1 is None or s1 is None:
+            return self.reshape(shape)
+        return self._view(d1, s1, ("?",) * len(shape), leaf=self.leaf)
+
+    def reduce_axes(self, kind, axes, keepdims=False):
+        """``kind`` ("sum" or "max") over each axis of ``axes`` in turn, last first: the axis
+        moved to the end by a free view and reduced there, as ``.sum``/``.max`` over the last
+        axis; keepdims puts a one-wide axis back in its place."""
+        x = self
+        for a in sorted({a % self.ndim for a in axes}, reverse=True):
+            perm = [i for i in range(x.ndim) if i != a] + [a]
+            x = x.transpose(perm)._reduce(kind, -1, keepdims)
+            if keepdims:
+                x = x.transpose([*range(a), x.ndim - 1, *range(a, x.ndim - 1)])
+        return x
+
     # --- operators ------------------------------------------------------------------
     def __add__(self, o): return self._elementwise("add", self, o)
     def __radd__(self, o): return self._elementwise("add", o, self)
@@ -427,3 +480,33 @@ def leaf(graph, name, shape, axes, source_row=None):
         dist[..., source_row, :] = 0
     return Traced(graph, shape, [], dist, np.zeros(shape, dtype=np.int32), axes, leaf=name,
                   part=graph.weight_parts.get(name))
+
+
+def _reshape_terms(f, shape):
+    """The Field ``f`` reshaped term by term (None when it cannot be): each term is reshaped
+    alike when it is full on every axis that is regrouped, or one wide on all of them."""
+    if len(f.terms) == 1 and f.terms[0].shape == f.shape:
+        return Field(shape, [f.terms[0].reshape(shape)], f.how)
+    src, dst = f.shape, tuple(shape)
+    nz_s = [i for i, n in enumerate(src) if n != 1]
+    nz_d = [i for i, n in enumerate(dst) if n != 1]
+    if [src[i] for i in nz_s] == [dst[i] for i in nz_d]:     # one-wide axes added or dropped
+        terms = []
+        for t in f.terms:
+            sub = [1] * len(dst)
+            for i, j in zip(nz_s, nz_d):
+                sub[j] = t.shape[i]
+            terms.append(t.reshape(sub))
+        return Field(dst, terms, f.how)
+    if len(src) >= 2 and len(dst) >= 2 and src[-2:] == dst[-2:]:    # the leading axes regrouped
+        lead = len(src) - 2
+        terms = []
+        for t in f.terms:
+            if all(n == 1 for n in t.shape[:lead]):
+                terms.append(t.reshape((1,) * (len(dst) - 2) + t.shape[-2:]))
+            elif t.shape[:lead] == src[:lead]:
+                terms.append(t.reshape(dst[:-2] + t.shape[-2:]))
+            else:
+                return None
+        return Field(dst, terms, f.how)
+    return None

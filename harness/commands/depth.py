@@ -26,12 +26,19 @@ indexing, .reshape, np.stack, np.concatenate, np.swapaxes, np.where, np.tril),
 its inputs shaped by --shape, the sequence first; it writes depth.csv with the
 same columns, and counts every product under the input it multiplies.
 
+With --torch, trace a PyTorch module of your own: a factory (package.module:factory or
+file.py:factory, called with the T and d it takes) returns an nn.Module or a function of
+tensors; each --T exports it with torch.export, decomposes it to core ATen and runs the
+graph on the tracer (nn.RNN/LSTM/GRU step by step; a scan as --scan says). It writes
+depth.csv with the same columns and prints the multiplications by parameter and by ATen op.
+
 example:
   harness depth --T 50 800 1000 2000 --d 512 --out reports/depth
   harness depth --T 50 100 --d 64 --no-measure
   harness depth --T 4096 16384 65536 --d 64 --no-measure
   harness depth --forward mymodels.py:rnn2 --shape X=T,d --shape W1=d,d --shape U1=d,d \
       --shape W2=d,d --shape U2=d,d --T 64 1024 --d 32
+  harness depth --torch examples/torch/lstm2.py:factory --shape X=1,T,d --T 64 1024 --d 32
 """
 
 EXAMPLE = "harness depth --T 50 800 1000 2000 --d 512 --out reports/depth"
@@ -71,10 +78,19 @@ def add_arguments(p):
     p.add_argument("--forward", default=None, metavar="MODULE:FUNCTION",
                    help="trace this plain NumPy forward instead of the families "
                         "(package.module:function or path/to/file.py:function)")
+    p.add_argument("--torch", default=None, metavar="MODULE:FACTORY",
+                   help="trace the PyTorch module this factory returns instead of the families "
+                        "(package.module:factory or path/to/file.py:factory; it is called with "
+                        "T and d as it takes them)")
+    p.add_argument("--scan", choices=("chain", "tree"), default="chain",
+                   help="with --torch: a cumsum/cumprod as T - 1 dependent steps (chain, what "
+                        "the code does serially; default) or as a Hillis-Steele scan of "
+                        "ceil(log2 T) levels (tree)")
     p.add_argument("--shape", action="append", default=None, metavar="NAME=DIMS",
-                   help="with --forward: one input of the forward, by the name it takes it "
-                        "under, the sequence first (X=T,d); each dimension an integer, T (each "
-                        "--T), d (--d) or k*d; repeat for each input")
+                   help="with --forward or --torch: one input of the forward, by the name it "
+                        "takes it under, the sequence first (X=T,d; X=1,T,d for a batch of "
+                        "one); each dimension an integer, T (each --T), d (--d) or k*d; "
+                        "repeat for each input")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -85,8 +101,19 @@ def configs(args):
     from harness.analysis import depth, walltime
     from harness import models
     from harness.infra.validate import available_memory_bytes
-    if args.forward is None and args.shape:
-        raise UsageError("--shape: goes with --forward (the families' inputs are their own)")
+    torch_spec = getattr(args, "torch", None)
+    if torch_spec is not None and args.forward is not None:
+        raise UsageError("--torch: give --forward or --torch, not both")
+    if torch_spec is None and getattr(args, "scan", "chain") != "chain":
+        raise UsageError("--scan: goes with --torch")
+    if args.forward is None and torch_spec is None and args.shape:
+        raise UsageError("--shape: goes with --forward or --torch (the families' inputs are "
+                         "their own)")
+    if torch_spec is not None:
+        from harness.torchmodel import load
+        load.import_torch()                          # one line on how to install it
+        args.shapes = load.parse_shapes(args.shape)
+        args.factory = load.load_factory(torch_spec)   # their import error before any work
     if args.forward is not None:
         if not args.shape:
             raise UsageError("--shape: --forward needs one --shape per input of the forward, "
@@ -127,7 +154,7 @@ def configs(args):
             # past the work of the graph more processors change nothing
             raise UsageError(f"--P: must be at most {MAX_P} (2^63 - 1: the schedule counts in "
                              f"64-bit integers), got {P}")
-    if max(args.schedule_T) > MAX_SCHEDULE_T and args.forward is None:
+    if max(args.schedule_T) > MAX_SCHEDULE_T and args.forward is None and torch_spec is None:
         raise UsageError(f"--schedule-T: must be at most {MAX_SCHEDULE_T:,} (the task graphs "
                          f"of the loops are built op by op), got {max(args.schedule_T):,}; "
                          f"depth.csv takes any --T that fits in memory")
@@ -141,19 +168,20 @@ def configs(args):
         raise UsageError(f"--measure-T: needs at least 2 distinct values to fit exponents and a "
                          f"crossover, got {numbers(args.measure_T)} (or use --no-measure)")
     avail = available_memory_bytes()
-    if args.forward is not None:
+    if args.forward is not None or torch_spec is not None:
         try:
             depth.check_forward_memory(args.shapes, max(args.T), args.d, available=avail,
                                        arg="--shape")
         except MemoryError as e:
             raise UsageError(str(e)) from None
-    for name, Ts in (() if args.forward else (("--T", args.T), ("--schedule-T", args.schedule_T))):
+    user = args.forward is not None or torch_spec is not None
+    for name, Ts in (() if user else (("--T", args.T), ("--schedule-T", args.schedule_T))):
         for model in models.NAMES:
             try:
                 depth.check_trace_memory(model, max(Ts), args.d, available=avail)
             except MemoryError as e:
                 raise UsageError(f"{name}/--d: {e}") from None
-    if not args.no_measure and args.forward is None:
+    if not args.no_measure and not user:
         T = max(max(args.measure_T), args.scaling_T)
         need = walltime.timed_bytes(T, args.d)
         if need > avail:
@@ -176,11 +204,12 @@ def _print(title, frame):
 def run(args):
     from harness.infra.files import check_out, output_dir
 
-    files = FORWARD_FILES if args.forward else FILES if args.no_measure else FILES + MEASURED
+    user = args.forward or getattr(args, "torch", None)
+    files = FORWARD_FILES if user else FILES if args.no_measure else FILES + MEASURED
     if args.out is not None:
         check_out(args.out, files=files)  # before anything loads: refused at once
     dcfg, scfg, wcfg = configs(args)     # every check first: a bad argument creates nothing
-    run_ = _run_forward if args.forward else _run
+    run_ = _run_forward if args.forward else _run_torch if user else _run
     if args.out is None:
         return run_(args, dcfg, scfg, wcfg, None)
     with output_dir(args.out, files=files) as out_dir:
@@ -210,6 +239,45 @@ def _run_forward(args, dcfg, scfg, wcfg, out_dir):
     _print(f"multiplications of {args.forward} by part (d = {dcfg.d}; a product with an input "
            "is counted under its name; grid: every pair of positions, mix: a sum over "
            "positions; flops = 2 x macs)", counts)
+    view = table[["model", "T", "macs", "flops", "ops", "span", "max_path", "scalar_span",
+                  "parallelism"]].copy()
+    view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
+    _print("span and max_path in operations (max_path: from input position 1 to output "
+           "position T); scalar_span exact with sums as ceil(log2 n) trees; parallelism = "
+           "scalar work / scalar span", view)
+    if out_dir is not None:
+        with output_set(out_dir) as files:
+            files.write_csv("depth.csv", table)
+    print(f"\nharness depth: {time.perf_counter() - t0:.1f} s", file=sys.stdout)
+    return 0
+
+
+def _run_torch(args, dcfg, scfg, wcfg, out_dir):
+    """--torch: export and trace the user's module at each --T, print its counts by parameter
+    and by ATen op and its depth table."""
+    import sys
+    import time
+
+    from harness.infra.files import output_set
+    from harness.infra.progress import Progress
+    from harness.torchmodel import interp
+
+    t0 = time.perf_counter()
+    progress = Progress("harness depth", args.quiet)
+    spec = args.torch
+    progress.line(f"exporting and tracing {spec} at {len(dcfg.T_values)} lengths "
+                  f"(scan: {args.scan})")
+    try:
+        parts, ops, table = interp.tables(args.factory, spec, args.shapes, dcfg.T_values,
+                                          dcfg.d, scan=args.scan,
+                                          progress=None if args.quiet else progress.line)
+    except interp.UnsupportedOp as e:
+        raise UsageError(str(e)) from None
+    _print(f"multiplications of {spec} by parameter (d = {dcfg.d}; a product with a parameter "
+           "is counted under its name; grid: every pair of positions, mix: a sum over "
+           "positions, mul: an elementwise product of values; flops = 2 x macs)", parts)
+    _print(f"multiplications of {spec} by op (aten.*: core ATen; harness.recurrent: an "
+           "nn.RNN/LSTM/GRU lowered step by step)", ops)
     view = table[["model", "T", "macs", "flops", "ops", "span", "max_path", "scalar_span",
                   "parallelism"]].copy()
     view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
