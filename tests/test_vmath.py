@@ -2,7 +2,9 @@
 
 Tolerances (stated once): float64 tanh within 3 ulp of np.tanh; float32 tanh
 within 1 ulp of np.tanh evaluated in float64 and rounded (it is computed in
-float64, so it should be the correctly rounded value or its neighbour); exp on
+float64, so it should be the correctly rounded value or its neighbour); tanh32 (float32
+arithmetic) within 2 ulp of that correctly rounded value (measured: 2, on 3e6 random points
+in [-12, 12] and down to 1e-45, 5 % of them more than 1 ulp off); exp on
 [-708, 0] within 3 ulp of np.exp, and below -708 (results under 3e-308) at
 most exp(-708) ~ 3.3e-308 away from it, with exp(-inf) = 0 exactly.
 """
@@ -12,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.kernels.vmath import exp_shifted_inplace, tanh_inplace
+from harness.kernels.vmath import (exp_shifted_inplace, tanh32_inplace, tanh_fast_inplace,
+                                   tanh_inplace)
 
 
 def ulps(got, want):
@@ -94,6 +97,53 @@ def test_tanh_touches_only_its_slice():
     np.testing.assert_array_equal(b[:2], a[:2])
     np.testing.assert_array_equal(b[7:], a[7:])
     assert ulps(b[2:7], np.tanh(a[2:7])).max() <= 3
+
+
+def tanh32(x):
+    a = np.array(x, dtype=np.float32, copy=True)
+    tanh32_inplace(a, np.empty(a.size, dtype=np.int64))
+    return a
+
+
+def test_tanh32_within_2_ulp_of_the_rounded_value():
+    rng = np.random.default_rng(2)
+    x = np.concatenate([tanh_points(np.float32), rng.uniform(-12, 12, 200_000),
+                        10.0 ** rng.uniform(-45, 1.1, 100_000)]).astype(np.float32)
+    got = tanh32(x)
+    want = np.tanh(x.astype(np.float64)).astype(np.float32)
+    assert got.dtype == np.float32
+    u = ulps(got, want)
+    assert u.max() <= 2, f"{u.max()} ulp at x = {x[u.argmax()]!r}"
+    assert u.mean() < 0.5           # mostly the rounded value: not merely close
+
+
+def test_tanh32_keeps_the_sign_of_zero_saturates_and_is_odd():
+    got = tanh32([0.0, -0.0, 10.0, -10.0, 40.0, -40.0, 1e30, -1e30, np.inf, -np.inf])
+    assert got[0] == 0 and not np.signbit(got[0])
+    assert got[1] == 0 and np.signbit(got[1])
+    np.testing.assert_array_equal(got[2:], np.array([1, -1] * 4, dtype=np.float32))
+    x = tanh_points(np.float32)
+    x = x[x > 0]
+    np.testing.assert_array_equal(tanh32(-x), -tanh32(x))
+    tiny = np.array([1e-30, 1e-20, 1e-12], dtype=np.float32)
+    np.testing.assert_allclose(tanh32(tiny), tiny, rtol=np.finfo(np.float32).eps, atol=0)
+
+
+def test_tanh32_touches_only_its_slice():
+    a = np.linspace(-3, 3, 10, dtype=np.float32)
+    b = a.copy()
+    tanh32_inplace(b[2:7], np.empty(5, dtype=np.int64))
+    np.testing.assert_array_equal(b[:2], a[:2])
+    np.testing.assert_array_equal(b[7:], a[7:])
+    assert ulps(b[2:7], np.tanh(a[2:7].astype(np.float64)).astype(np.float32)).max() <= 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tanh_fast_is_tanh32_for_float32_and_tanh_for_float64(dtype):
+    x = tanh_points(dtype)
+    got = x.copy()
+    tanh_fast_inplace(got, np.empty(x.size, dtype=np.int64))
+    np.testing.assert_array_equal(got, tanh32(x) if dtype == np.float32 else tanh(x))
 
 
 def test_exp_float64_on_nonpositive_range():

@@ -69,6 +69,19 @@ def to_columns(A, t, a):
 
 
 @njit(cache=True, error_model="numpy")
+def add_columns(A, t, a):
+    # A[r, t, :] += a[:, r] for every r: a step's product as (n, B) columns into the caller's
+    # (B, T, n) rows, in blocks of 16 rows of a, as _blocked_copy
+    n, B = a.shape
+    for j0 in range(0, n, 16):
+        j1 = min(j0 + 16, n)
+        for r in range(B):
+            row = A[r, t]
+            for j in range(j0, j1):
+                row[j] += a[j, r]
+
+
+@njit(cache=True, error_model="numpy")
 def input_products(X, W_ih, G):
     # G = W_ih x for every (sequence, step) at once, one GEMM before the loop, which then adds
     # only what waits for h_{t-1}: X (..., d_in) -> G (..., n), both C-contiguous

@@ -7,7 +7,9 @@ polynomial for expm1(r) on |r| <= ln2/2, and 2**k assembled from its exponent
 bits in an int64 scratch buffer (a separate pass, so that both passes vectorise).
 tanh is evaluated in float64, so float32 results are correctly rounded and float64
 results are within 3 ulp of NumPy's; exp has a float32 path in float32 arithmetic
-(twice the SIMD lanes) within 1 ulp (measured; see tests/test_vmath.py).
+(twice the SIMD lanes) within 1 ulp, and so has tanh (``tanh32_inplace``, within 2 ulp,
+for the LSTM's gates; ``tanh_fast_inplace`` picks it by dtype) (measured; see
+tests/test_vmath.py).
 """
 
 from __future__ import annotations
@@ -103,6 +105,43 @@ def _expm1f_reduced(r):
     p = p * r + _F_C3
     p = p * r + _F_C2
     return r + r * r * p
+
+
+_F_TANH_CLAMP = np.float32(10.0)         # tanh(10) = 1 - 4e-9 rounds to 1.0 in float32
+_F_TWO = np.float32(2.0)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def tanh32_inplace(a, scratch):
+    """a[:] = tanh(a[:]) for 1-D contiguous float32 a, in float32 arithmetic (twice the SIMD
+    lanes of ``tanh_inplace``, whose float64 evaluation rounds correctly): within 3 ulp of the
+    correctly rounded value (tests/test_vmath.py). scratch is int64 with at least a.size // 2 + 1
+    elements (the bits of 2**k as int32)."""
+    n = a.shape[0]
+    bits = scratch.view(np.int32)
+    pw = bits[:n].view(np.float32)
+    for i in range(n):    # pass 1: the exponent of 2**k, k = round(-2|x| / ln2), in [-29, 0]
+        y = -_F_TWO * min(abs(a[i]), _F_TANH_CLAMP)
+        k = np.floor(y * _F_INV_LN2 + _F_HALF)
+        bits[i] = (np.int32(k) + 127) << 23
+    for i in range(n):    # pass 2: tanh|x| = -expm1(-2|x|) / (2 + expm1(-2|x|))
+        x = a[i]
+        y = -_F_TWO * min(abs(x), _F_TANH_CLAMP)
+        k = np.floor(y * _F_INV_LN2 + _F_HALF)
+        p = _expm1f_reduced((y - k * _F_LN2_HI) - k * _F_LN2_LO)
+        s = pw[i]
+        em1 = s * p + (s - _F_ONE)       # 2**k (1 + p) - 1; exact s - 1 for k in [-29, 0]
+        a[i] = math.copysign(-em1 / (_F_TWO + em1), x)
+
+
+@njit(cache=True, error_model="numpy")
+def tanh_fast_inplace(a, scratch):
+    """a[:] = tanh(a[:]) in a's own precision: ``tanh32_inplace`` for float32 (within 2 ulp),
+    ``tanh_inplace`` for float64 (within 3 ulp); scratch int64 of len >= a.size."""
+    if a.itemsize == 4:                    # resolved at compile time: one path per dtype
+        tanh32_inplace(a, scratch)
+    else:
+        tanh_inplace(a, scratch)
 
 
 @njit(cache=True, error_model="numpy")
