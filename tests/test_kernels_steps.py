@@ -70,3 +70,17 @@ def test_a_batched_backwards_carry_starts_at_zero_and_its_scratch_fits_carry_bac
     W_hh = rng.normal(size=(12, 3)).astype(np.float32)
     steps.carry_back(G, 1, np.ascontiguousarray(W_hh.T) if cols else W_hh, cols, da, cc, carry)
     np.testing.assert_allclose(carry, G[:, 1] @ W_hh, rtol=1e-5)   # W_hh^T dl/da_t, per sequence
+
+
+@pytest.mark.parametrize("n", [16, 37])    # whole blocks of 16 rows, and a last partial one
+def test_add_columns_adds_each_column_into_its_sequences_row_at_step_t_only(n):
+    rng = np.random.default_rng(3)
+    B, T, t = 5, 3, 1
+    A = rng.normal(size=(B, T, n)).astype(np.float32)
+    a = rng.normal(size=(n, B)).astype(np.float32)
+    want = A.copy()
+    for r in range(B):                      # the plain loop: row r of step t gains column r
+        for j in range(n):
+            want[r, t, j] += a[j, r]
+    steps.add_columns(A, t, a)
+    np.testing.assert_array_equal(A, want)
