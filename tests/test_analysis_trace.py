@@ -696,3 +696,53 @@ def test_a_field_of_exactly_dense_max_elements_is_one_dense_array_and_one_more_i
     one = Field.combine([Field((3, 1), [np.arange(3.0)[:, None]], "min")], (3, 4), "min")
     assert [t.shape for t in one.terms] == [(3, 4)]
     np.testing.assert_array_equal(one.terms[0], np.broadcast_to(np.arange(3.0)[:, None], (3, 4)))
+
+
+# ----------------------------------------------------------------------------- views and reductions --torch needs
+
+def test_transpose_broadcast_reshape_kept_and_reduce_axes_give_the_dense_arrays_values():
+    """The ops harness.torchmodel.interp adds, each against numpy on the dense depths."""
+    g = trace.Graph()
+    x = trace.leaf(g, "X", (2, 3, 4), ("B", "T", "d"), source_row=0)
+    y = np.tanh(x @ np.ones((4, 5)))                      # depths that vary by row: 2 ops
+    p = y.transpose(2, 0, 1)
+    assert p.shape == (5, 2, 3) and p.axes == ("?", "B", "T")
+    np.testing.assert_array_equal(p.dist, np.transpose(y.dist, (2, 0, 1)))
+    np.testing.assert_array_equal(p.sdepth, np.transpose(y.sdepth, (2, 0, 1)))
+    assert y.transpose().shape == (5, 3, 2)
+    with pytest.raises(ValueError, match="not a permutation"):
+        y.transpose(0, 0, 1)
+    b = y[:, :1].broadcast_to((7, 2, 3, 5))
+    np.testing.assert_array_equal(b.dist, np.broadcast_to(y.dist[:, :1], (7, 2, 3, 5)))
+    with pytest.raises(ValueError):
+        y.broadcast_to((2, 4, 5))
+    r = y.reshape_kept((1, 2, 1, 3, 5))
+    np.testing.assert_array_equal(r.dist, y.dist.reshape(1, 2, 1, 3, 5))
+    for axes, keep in (([0], True), ([1], False), ([0, 2], False), ([0, 1, 2], True)):
+        s = y.reduce_axes("sum", axes, keepdims=keep)
+        np.testing.assert_array_equal(s.dist, y.dist.min(axis=tuple(axes), keepdims=keep) + len(axes))
+        # each axis a tree of ceil(log2 n_axis) levels, one after the other
+        levels = sum(trace.clog2(y.shape[a]) for a in axes)
+        np.testing.assert_array_equal(s.sdepth, y.sdepth.max(axis=tuple(axes), keepdims=keep) + levels)
+        assert [op.inner for op in g.ops[-len(axes):]] == [y.shape[a] for a in sorted(axes)[::-1]]
+
+
+def test_reshape_kept_keeps_a_large_grids_terms_and_its_values(monkeypatch):
+    """A (1, h, T, T) grid of row and column terms viewed as (h, T, T) stays two vectors a head,
+    and its values are the dense reshape's."""
+    import harness.analysis.field as F
+    monkeypatch.setattr(F, "DENSE_MAX", 16)
+    g = trace.Graph()
+    T = 9
+    q = trace.leaf(g, "Q", (1, 2, T, 3), ("?", "?", "T", "?"), source_row=0)
+    k = trace.leaf(g, "K", (1, 2, 3, T), ("?", "?", "?", "T"))
+    E = q @ k                                             # (1, 2, T, T)
+    assert len(E._dist.terms) == 2
+    v = E.reshape_kept((2, T, T))
+    assert all(t.size < 2 * T * T for t in v._dist.terms)
+    np.testing.assert_array_equal(v.dist, E.dist.reshape(2, T, T))
+    np.testing.assert_array_equal(v.sdepth, E.sdepth.reshape(2, T, T))
+    u = v.reshape_kept((2, 1, T, T))                      # a one-wide axis added
+    np.testing.assert_array_equal(u.dist, E.dist.reshape(2, 1, T, T))
+    w = E.reshape_kept((2 * T, T))                        # regroups the last two: dense
+    np.testing.assert_array_equal(w.dist, E.dist.reshape(2 * T, T))
