@@ -246,6 +246,8 @@ def test_the_command_writes_the_frames_and_the_figure(tmp_path, capsys):
     (["--shape", "X=1,T,d"], "--shape: goes with --torch"),
     (["--torch", "nosuch.py:make", "--shape", "X=1,T,d"], "--torch"),
     (["--torch", "M:make", "--T", "1"], "--T: each must be an integer >= 2"),
+    (["--torch", "M:make", "--shape", "X=1,T,d", "--rho", "0.5"], "--rho: the families' sweep"),
+    (["--torch", "M:make", "--shape", "X=1,T,d", "--seed", "3"], "--seeds draws the module"),
 ])
 def test_the_commands_errors_name_the_argument(tmp_path, capsys, argv, message):
     (tmp_path / "M.py").write_text(FACTORY)

@@ -157,12 +157,25 @@ def torch_config(args):
     return decay.check_config(config)
 
 
+# the families' own flags, which --torch does not read: (flag, attribute, its default)
+FAMILY_ONLY = (("--rho", "rho", list(C.DECAY.rhos)), ("--activation", "activation",
+               list(C.DECAY.activations)), ("--weight", "weight", list(C.DECAY.weights)),
+               ("--measure", "measure", C.DECAY.measure), ("--model", "model",
+               list(C.DECAY.models)), ("--seed", "seed", C.DECAY.seed),
+               ("--clip-threshold", "clip_threshold", C.CLIPPING.threshold),
+               ("--no-attention", "no_attention", False))
+
+
 def run_torch(args):
     """``harness decay --torch``: the user's module's gradient path over input scales and seeds."""
     import time
 
     from harness.infra.files import check_out, output_dir, output_set
 
+    for flag, attr, default in FAMILY_ONLY:
+        if getattr(args, attr) != default:
+            hint = " (--seeds draws the module)" if flag == "--seed" else ""
+            raise UsageError(f"{flag}: the families' sweep only, not with --torch{hint}")
     check_out(args.out, files=TORCH_FILES)
     config = torch_config(args)
     from harness.torchmodel import load
