@@ -89,7 +89,8 @@ def _not_plain_cases():
     yield "a 1-D X", (X[0], *W), {}
 
 
-@pytest.mark.parametrize("what, args, kw", list(_not_plain_cases()), ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize("what, args, kw", list(_not_plain_cases()),
+                         ids=lambda x: x if isinstance(x, str) else "")
 def test_the_plain_path_declines_what_is_not_plain(what, args, kw):
     kw = {"scale": True, "causal": False, **kw}
     assert at._fast_forward(*args, kw["scale"], kw["causal"]) is None
@@ -135,3 +136,74 @@ def test_abs_bits_is_the_largest_magnitude(dtype):
         y[500] = bad
         assert at._abs_bits(y.view(U), U(mask)) >= U(inf)
     assert at._abs_bits(np.zeros(3, dtype).view(U), U(mask)) == 0
+
+
+# ---------------------------------------------------------------- the plain backward
+
+def _checked_backward(X, W, A, dY, scale=True, causal=False, Y=None):
+    return at.backward(X, *W, A, dY, scale=np.bool_(scale), causal=np.bool_(causal), Y=Y)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(128, 64), (3, 50, 16)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("with_Y", [False, True])
+def test_plain_backward_is_the_checked_backward_bit_for_bit(dtype, shape, causal, with_Y):
+    X, W = _inputs(shape, dtype, seed=8)
+    dY = np.random.default_rng(9).standard_normal(shape[:-1] + (shape[-1] + 3,)).astype(dtype)
+    Y, A = at.forward(X, *W, causal=causal)
+    fast = at._fast_backward(X, *W, A, dY, True, causal, Y if with_Y else None)
+    assert fast is not None                                      # the plain path runs here
+    checked = _checked_backward(X, W, A, dY, causal=causal, Y=Y if with_Y else None)
+    for a, b in zip(fast, checked):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    g = at.backward(X, *W, A, dY, causal=causal)                 # the public path gives it too
+    np.testing.assert_array_equal(g.dX, checked.dX)
+
+
+def test_plain_backward_declines_what_the_forward_did_not_return():
+    X, W = _inputs((40, 6), np.float64, seed=10)
+    dY = np.random.default_rng(11).standard_normal((40, 9))
+    Y, A = at.forward(X, *W)
+    assert at._fast_backward(X, *W, A.copy(), dY, True, False, Y.copy()) is not None  # same values
+    A2 = A.copy()
+    A2[6] = np.roll(A2[6], 1)                    # still softmax rows (row 6 is sampled)
+    assert at._fast_backward(X, *W, A2, dY, True, False, None) is None
+    with pytest.raises(ValueError, match="does not match this forward"):
+        at.backward(X, *W, A2, dY)               # the checked path names it, as before
+    Y2 = Y.copy()
+    Y2[6, 2] += 1e-3                             # row 6: one the checked path samples
+    assert at._fast_backward(X, *W, A, dY, True, False, Y2) is None
+    with pytest.raises(ValueError, match="Y does not match this forward"):
+        at.backward(X, *W, A, dY, Y=Y2)
+    assert at._fast_backward(X, *W, A, dY, False, False, None) is None        # another scale
+    assert at._fast_backward(X, *W, A, dY, True, True, None) is None          # another causal
+    X2 = X.copy()
+    X2[0, 0] += 1.0
+    assert at._fast_backward(X2, *W, A, dY, True, False, None) is None        # another X
+    bad = dY.copy()
+    bad[1, 1] = np.nan
+    assert at._fast_backward(X, *W, A, bad, True, False, None) is None
+    with pytest.raises(ValueError, match="dY holds 1 NaN or inf"):
+        at.backward(X, *W, A, bad)
+
+
+def test_plain_backward_after_a_checked_forward_is_declined():
+    X, W = _inputs((20, 5), np.float64, seed=12)
+    dY = np.random.default_rng(13).standard_normal((20, 8))
+    Y, A = at.forward(X, *W)
+    _checked(X, W)                               # the kept projections are now the checked path's
+    assert at._fast_backward(X, *W, A, dY, True, False, None) is None
+    big = _inputs((300, 5), np.float32, seed=14)  # A of 352 KiB: past OUTPUTS_MAX, no copies kept
+    Yb, Ab = at.forward(big[0], *big[1])
+    assert Ab.nbytes > at.OUTPUTS_MAX
+    assert at._fast_backward(big[0], *big[1], Ab, np.ones((300, 8), np.float32), True, False, None) is None
+
+
+def test_plain_backward_names_a_gradient_that_overflows():
+    X, W = _inputs((16, 4), np.float32, seed=15)
+    Y, A = at.forward(X, *W)
+    dY = np.full((16, 7), 3e38, dtype=np.float32)
+    with pytest.raises(FloatingPointError, match="the gradient .* overflows float32"):
+        at.backward(X, *W, A, dY)

@@ -619,6 +619,10 @@ def _check_row_weights(L, L_dtype, rho, top, dtype):
 # the same order: bit for bit the checked forward's (tests/test_attention_fast.py).
 
 _U = {4: (np.uint32, 0x7FFFFFFF, 0x7F800000), 8: (np.uint64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
+# The plain forward also keeps copies of A and Y when A is at most this (T <= 256 in float32,
+# 181 in float64): a backward given exactly those skips the checks that A follows from X. A copy
+# costs the forward about 1 % at T = 128, d = 64; past this the copies cost more than the checks.
+OUTPUTS_MAX = 256 << 10
 
 
 @njit(cache=True)
@@ -652,14 +656,55 @@ def _project_bits(X2, Wq, Wk, Wv, Q, K, V, uX, uWq, uWk, uWv, uQ, uK, uV, mask, 
 
 
 @njit(cache=True, error_model="numpy")
-def _attend_keep(Q, K, V, scale, causal, A, Y, uY, mask, X3, Wq, Wk, Wv, cX, cWq, cWk, cWv):
-    # the forward's attention, then copies of its inputs for the backward's reuse; returns Y's bits
+def _attend_keep(Q, K, V, scale, causal, A, Y, uY, mask, X3, Wq, Wk, Wv, cX, cWq, cWk, cWv,
+                 outputs, cA, cY):
+    # the forward's attention, then copies of its inputs (and, with outputs, of A and Y) for the
+    # backward; returns Y's bits
     _attend_forward(Q, K, V, scale, causal, A, Y)
     cX[:] = X3
     cWq[:] = Wq
     cWk[:] = Wk
     cWv[:] = Wv
+    if outputs:
+        cA[:] = A
+        cY[:] = Y
     return _abs_bits(uY, mask)
+
+
+@njit(cache=True)
+def _same_bits(a, b):
+    # two arrays' bits, flat: all equal (a -0.0 against a 0.0 is not: the checked path decides)
+    for i in range(a.size):
+        if a[i] != b[i]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _same_as_kept(uX, uWq, uWk, uWv, uA, uY, cX, cWq, cWk, cWv, cA, cY, use_Y, udY, mask, inf):
+    # 0: the backward's X, weights, A (and Y) are the plain forward's, bit for bit, and dY is
+    # finite; 1: something differs; 2: dY is not finite
+    if not (_same_bits(uX, cX) and _same_bits(uWq, cWq) and _same_bits(uWk, cWk)
+            and _same_bits(uWv, cWv) and _same_bits(uA, cA)):
+        return 1
+    if use_Y and not _same_bits(uY, cY):
+        return 1
+    return 2 if _abs_bits(udY, mask) >= inf else 0
+
+
+@njit(cache=True, error_model="numpy")
+def _backward_bits(Q, K, V, A, dY, scale, dQ, dK, dV, dS, X2, Wq, Wk, Wv, dX, dWq, dWk, dWv, part,
+                   udX, udWq, udWk, udWv, mask, bits):
+    # the weights path's backward (_attend_backward, _projection_grads), then each gradient's
+    # |max| bits
+    _attend_backward(Q, K, V, A, dY, scale, dQ, dK, dV, dS)
+    B, T, _ = Q.shape
+    _projection_grads(X2, Wq, Wk, Wv, dQ.reshape(B * T, Q.shape[2]), dK.reshape(B * T, K.shape[2]),
+                      dV.reshape(B * T, V.shape[2]), dX, dWq, dWk, dWv, part)
+    bits[0] = _abs_bits(udX, mask)
+    bits[1] = _abs_bits(udWq, mask)
+    bits[2] = _abs_bits(udWk, mask)
+    bits[3] = _abs_bits(udWv, mask)
 
 
 def _plain(a, dtype):
@@ -707,14 +752,86 @@ def _fast_forward(X, Wq, Wk, Wv, scale, causal):
         return None                               # the scores need _score_range's rescaling
     A = np.empty((B, T, T), dtype=dtype)
     Y = np.empty((B, T, d_v), dtype=dtype)
+    outputs = A.nbytes <= OUTPUTS_MAX
+    shape_A, shape_Y = (A.shape, Y.shape) if outputs else ((0, 0, 0), (0, 0, 0))
+    outs = workspace.kept("attention_fast_out")
+    if outs is None or outs[3].shape != shape_A or outs[4].shape != shape_Y or outs[3].dtype != dtype:
+        outs = (None, None, None, np.empty(shape_A, dtype=dtype), np.empty(shape_Y, dtype=dtype))
+    workspace.keep("attention_fast_out", None)
     y = _attend_keep(Q, K, V, factor, causal, A, Y, Y.reshape(-1).view(U), mask, X3, Wq, Wk, Wv,
-                     *copies)
+                     *copies, outputs, outs[3], outs[4])
     if y >= inf:
         _check_finite("Y", Y, "the output")
-    workspace.keep(_KEPT, (copies, Q, K, V))
+    kept = (copies, Q, K, V)
+    workspace.keep(_KEPT, kept)
+    if outputs:                                   # valid while these projections are the kept ones
+        workspace.keep("attention_fast_out", (kept, scale, causal, outs[3], outs[4]))
     if X.ndim == 2:
         return Y[0], A[0]
     return Y, A
+
+
+def _fast_backward(X, Wq, Wk, Wv, A, dY, scale, causal, Y):
+    """The backward of the plain forward's own X, weights, A (and Y), or None where the checked
+    backward must run.
+
+    When X and the weights hold the values the plain forward kept, and A (and Y, if given)
+    the values it returned, A follows from X: the checks that ask whether it does
+    (``_check_weights``, ``_check_against_forward``) would pass, and are skipped. Everything
+    else is the checked backward's weights path, the same calls in the same order.
+    """
+    outs = workspace.kept("attention_fast_out")
+    if outs is None or workspace.kept(_KEPT) is not outs[0]:
+        return None
+    (copies, Q, K, V), scale0, causal0, cA, cY = outs
+    if type(scale) is not bool or type(causal) is not bool or scale != scale0 or causal != causal0:
+        return None
+    dtype = Q.dtype
+    X3 = X if type(X) is np.ndarray and X.ndim == 3 else X[None] if type(X) is np.ndarray else None
+    if X3 is None or X3.shape != copies[0].shape or X.dtype != dtype or not X.flags.c_contiguous:
+        return None
+    for a, c in zip((Wq, Wk, Wv), copies[1:]):
+        if type(a) is not np.ndarray or a.shape != c.shape or a.dtype != dtype \
+                or not a.flags.c_contiguous:
+            return None
+    lead = X.shape[:-1]
+    for a, shape in ((A, lead + (X3.shape[1],)), (dY, lead + (V.shape[2],)),
+                     (Y, lead + (V.shape[2],))):
+        if a is Y and Y is None:
+            continue
+        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype \
+                or not a.flags.c_contiguous:
+            return None
+    U, mask, inf = _U[X.itemsize]
+    mask, inf = U(mask), U(inf)
+    flat = [a.reshape(-1).view(U) for a in (X, Wq, Wk, Wv, A, cY if Y is None else Y,
+                                            *copies, cA, cY, dY)]
+    same = _same_as_kept(*flat[:12], Y is not None, flat[12], mask, inf)
+    if same != 0:
+        return None                               # other values, or a dY the checks name
+    B, T, d_model = X3.shape
+    d_k, d_v = Q.shape[2], V.shape[2]
+    key = (B, T, d_model, d_k, d_v, dtype)
+    held = workspace.kept("attention_fast_bwd")
+    if held is None or held[0] != key:
+        held = (key, *(np.empty(g.shape, dtype=dtype) for g in (Q, K, V)),
+                np.empty((T, T), dtype=dtype),
+                np.empty((min(_PART_ROWS, B * T), d_model), dtype=dtype), np.zeros(4, np.uint64))
+        workspace.keep("attention_fast_bwd", held)
+    _, dQ, dK, dV, dS, part, bits = held
+    dX = np.empty((B * T, d_model), dtype=dtype)
+    dWq, dWk, dWv = np.empty_like(Wq), np.empty_like(Wk), np.empty_like(Wv)
+    factor = 1.0 / math.sqrt(d_k) if scale else 1.0
+    _backward_bits(Q, K, V, A.reshape(B, T, T), dY.reshape(B, T, d_v), factor, dQ, dK, dV, dS,
+                   X3.reshape(B * T, d_model), Wq, Wk, Wv, dX, dWq, dWk, dWv, part,
+                   *(g.reshape(-1).view(U) for g in (dX, dWq, dWk, dWv)), mask, bits)
+    grads = AttentionGrads(dX.reshape(B, T, d_model), dWq, dWk, dWv)
+    if int(bits.max()) >= int(inf):
+        for name, g in zip(grads._fields, grads):
+            _check_finite(name, g, "the gradient")
+    if X.ndim == 2:
+        grads = grads._replace(dX=grads.dX[0])
+    return grads
 
 
 def forward(X, Wq=None, Wk=None, Wv=None, scale=True, causal=False, return_weights=True):
@@ -794,6 +911,9 @@ def backward(X, Wq, Wk, Wv, A, dY, scale=True, causal=False, Y=None):
     is not saturated and whose weights L leaves off by more than sqrt(eps) is a ValueError
     naming A (here L): pass the weights instead.
     """
+    grads = _fast_backward(X, Wq, Wk, Wv, A, dY, scale, causal, Y)
+    if grads is not None:
+        return grads
     X, Wq, Wk, Wv = _check_self(X, Wq, Wk, Wv, scale, causal)
     X3 = _batch3(X)
     B, T, d_model = X3.shape
