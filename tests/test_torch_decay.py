@@ -255,3 +255,22 @@ def test_the_commands_errors_name_the_argument(tmp_path, capsys, argv, message):
     rc = cli.main(["decay", *argv, "--out", str(tmp_path / "out"), "--quiet"])
     assert rc == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_overflowing_gradient_is_empty_and_said():
+    """y_t = sum_(j<=t) exp(200 (T - j)) x_j: position j reaches y_T times exp(200 (T - j)),
+    finite in float64 for T - j <= 3 (k <= 2), inf beyond."""
+    def grows():
+        def forward(X):                                            # (1, T, d)
+            n = X.shape[-2]
+            w = torch.exp(200.0 * (n - torch.arange(n, dtype=X.dtype)))      # (T,)
+            return torch.cumsum(w[:, None] * X, dim=-2)
+        return forward
+    r, _ = measured(grows)
+    assert r["not_finite"] == T - 3 and np.isnan(r["log10_norm"][-r["not_finite"]:]).all()
+    assert np.isfinite(r["log10_norm"][:2]).all()
+    lines = []
+    cfg = decay.TorchDecayConfig(Ts=(T,), ds=(D,), input_scales=(1.0,), seeds=(0,))
+    f = decay.decay_frame(grows, "grows", ["X=1,T,d"], cfg, warn=lines.append)
+    assert len(lines) == 1 and "not finite" in lines[0] and "seed=0" in lines[0]
+    assert f.log10_norm.isna().sum() == r["not_finite"]

@@ -168,6 +168,7 @@ FAMILY_ONLY = (("--rho", "rho", list(C.DECAY.rhos)), ("--activation", "activatio
 
 def run_torch(args):
     """``harness decay --torch``: the user's module's gradient path over input scales and seeds."""
+    import sys
     import time
 
     from harness.infra.files import check_out, output_dir, output_set
@@ -195,7 +196,8 @@ def run_torch(args):
         with progress.steps(n, "draws") as step:
             frame = decay.decay_frame(
                 factory, args.torch, shapes, config,
-                progress=lambda i, n, job: step(" ".join(f"{k}={v}" for k, v in job.items())))
+                progress=lambda i, n, job: step(" ".join(f"{k}={v}" for k, v in job.items())),
+                warn=lambda line: print(f"harness decay --torch: {line}", file=sys.stderr))
         seeds = decay.over_seeds(frame)
         # the families' figure, which draws unit-scale inputs: none without them
         unit = frame.input_scale == figures.numbers.UNIT_SCALE

@@ -145,8 +145,10 @@ def _log10(v):
 def block_norms(built, input_scale=1.0, config=DEFAULT, probe_seed=0):
     """||dy_T/dx_(T-k)|| for k = 1..T-1 of one built module, as a dict of float64 arrays
     (length T-1, k ascending): ``log10_norm`` (the exact spectral norm, or the sketch's lower
-    bound), ``log10_norm_lo`` / ``_hi`` (its interval: the norm itself when exact), and the
-    scalars ``norm_measure``, ``probes`` (r, or m when exact), ``m`` and ``n``."""
+    bound), ``log10_norm_lo`` / ``_hi`` (its interval: the norm itself when exact), NaN where
+    the block is exactly zero or holds inf or NaN (the module's gradient overflowed), and the
+    scalars ``norm_measure``, ``probes`` (r, or m when exact), ``m``, ``n`` and
+    ``not_finite`` (the distances whose block overflowed)."""
     torch = load.import_torch(built.arg)
     x0 = built.inputs[built.sequence]
     T = x0.shape[-2]
@@ -166,7 +168,8 @@ def block_norms(built, input_scale=1.0, config=DEFAULT, probe_seed=0):
     if how == "exact":
         R = _rows(y_T, x, torch.eye(m, dtype=dt), built, torch, config.batch)   # (m, T, n)
         J = R.permute(1, 0, 2)                                          # (T, m, n): J_t
-        norms = torch.linalg.matrix_norm(J, ord=2).numpy()              # (T,)
+        bad = ~torch.isfinite(J).all(dim=2).all(dim=1)                  # (T,): overflowed
+        norms = torch.linalg.matrix_norm(torch.where(bad[:, None, None], 0.0, J), ord=2).numpy()
         lo = hi = norms
         r = m
     else:
@@ -176,6 +179,8 @@ def block_norms(built, input_scale=1.0, config=DEFAULT, probe_seed=0):
         Q, Rq = np.linalg.qr(Omega)                                     # Omega = Q Rq
         Z = _rows(y_T, x, torch.from_numpy(Q.T.copy()).to(dt), built, torch, config.batch)
         Z = Z.permute(1, 0, 2)                                          # (T, r, n): Q^T J_t
+        bad = ~torch.isfinite(Z).all(dim=2).all(dim=1)                  # (T,): overflowed
+        Z = torch.where(bad[:, None, None], 0.0, Z)
         lo = torch.linalg.matrix_norm(Z, ord=2).numpy()                 # <= ||J_t|| always
         # J_t^T omega_i = (Q^T J_t)^T Rq[:, i]: the Gaussian vectors' products, from the same Z
         G = torch.einsum("ri,trn->tin", torch.from_numpy(Rq), Z)       # (T, r, n)
@@ -185,15 +190,20 @@ def block_norms(built, input_scale=1.0, config=DEFAULT, probe_seed=0):
         hi = np.maximum(hi, lo)
         norms = lo
     idx = T - 1 - np.arange(1, T)                                       # x_(T-k), 0-based
-    return {"log10_norm": _log10(norms[idx]), "log10_norm_lo": _log10(np.asarray(lo)[idx]),
-            "log10_norm_hi": _log10(np.asarray(hi)[idx]), "norm_measure": how,
-            "probes": r, "m": m, "n": n}
+    bad = bad.numpy()[idx]
+    out = {"log10_norm": _log10(norms[idx]), "log10_norm_lo": _log10(np.asarray(lo)[idx]),
+           "log10_norm_hi": _log10(np.asarray(hi)[idx])}
+    for v in out.values():
+        v[bad] = np.nan                      # inf or NaN in the module's own gradient
+    return {**out, "norm_measure": how, "probes": r, "m": m, "n": n,
+            "not_finite": int(bad.sum())}
 
 
-def decay_frame(factory, spec, shapes, config=DEFAULT, progress=None):
+def decay_frame(factory, spec, shapes, config=DEFAULT, progress=None, warn=None):
     """The gradient path of the user's module over the sweep of ``config``: the families'
     frame (``PATH_COLUMNS``, ``model`` = ``spec``) plus ``EXTRA``, one row per (T, d, input
-    scale, seed, distance). ``progress(i, n, job)`` before each build when given."""
+    scale, seed, distance). ``progress(i, n, job)`` before each build when given;
+    ``warn(line)`` for a draw whose gradient overflowed (its rows at those k are empty)."""
     from harness import models
     check_config(config)
     f = load.load_factory(factory if factory is not None else spec)
@@ -205,6 +215,10 @@ def decay_frame(factory, spec, shapes, config=DEFAULT, progress=None):
             progress(i, len(jobs), dict(T=T, d=d, input_scale=s, seed=seed))
         built = load.build(f, spec, shapes, T, d, seed=seed, dtype=config.dtype)
         r = block_norms(built, s, config, probe_seed=seed)
+        if r["not_finite"] and warn is not None:
+            warn(f"T={T} d={d} input_scale={s:g} seed={seed}: the gradient of {spec} is not "
+                 f"finite (inf or NaN) at {r['not_finite']} of {T - 1} distances; their rows "
+                 f"are empty (the module overflows in {config.dtype})")
         g = models.path_frame(
             spec, np.arange(1, T), weight="factory", activation="module",
             input_scale=float(s), T=T, d=d, seed=seed, log10_norm=r["log10_norm"],
