@@ -570,6 +570,7 @@ def supported():
 
 # ----------------------------------------------------------------------------- running a graph
 
+_HARNESS = __file__.rsplit("/harness/", 1)[0] + "/harness/"
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n\s*([^\n]*)')
 
 
@@ -719,8 +720,44 @@ def _flatten(xs):
             yield x
 
 
+class _Found(Exception):
+    pass
+
+
+def _eager_line(built, name, skip):
+    """'FILE:LINE (code)' of the user's line that first calls aten ``name`` when ``built``
+    runs eagerly (a function's frames are not in the export's stack_trace), or ''."""
+    import traceback
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from harness.analysis import depth
+
+    class Spot(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if getattr(getattr(func, "_overloadpacket", None), "__name__", None) == name:
+                for f in reversed(traceback.extract_stack()[:-1]):
+                    if depth._theirs(f.filename, skip):
+                        raise _Found(f"{f.filename}:{f.lineno} ({(f.line or '').strip()})")
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with torch.no_grad(), Spot():
+            module = built.module
+            values = built.inputs
+            module(*values.values()) if built.by_position else module(**values)
+    except _Found as e:
+        return str(e)
+    except Exception:
+        return ""
+    return ""
+
+
 def _refusal(node, name, built, skip, why=""):
-    where = source_line(node, skip) or "no source line recorded"
+    where = source_line(node, skip)
+    if not where or where.startswith(_HARNESS):
+        where = _eager_line(built, name, skip) or where or "no source line recorded"
     extra = f" ({why})" if why else ""
     return (f"{built.arg}: aten.{name} is not supported by the depth tracer{extra}, at "
             f"{where}; the supported ops are listed in docs/guide/your-model.md")
