@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -148,7 +149,7 @@ def block_norms(built, input_scale=1.0, config=DEFAULT, probe_seed=0):
     bound), ``log10_norm_lo`` / ``_hi`` (its interval: the norm itself when exact), NaN where
     the block is exactly zero or holds inf or NaN (the module's gradient overflowed), and the
     scalars ``norm_measure``, ``probes`` (r, or m when exact), ``m``, ``n`` and
-    ``not_finite`` (the distances whose block overflowed)."""
+    ``not_finite`` (the distances whose block overflowed), ``output_finite`` (y_T's)."""
     torch = load.import_torch(built.arg)
     x0 = built.inputs[built.sequence]
     T = x0.shape[-2]
@@ -196,7 +197,7 @@ def block_norms(built, input_scale=1.0, config=DEFAULT, probe_seed=0):
     for v in out.values():
         v[bad] = np.nan                      # inf or NaN in the module's own gradient
     return {**out, "norm_measure": how, "probes": r, "m": m, "n": n,
-            "not_finite": int(bad.sum())}
+            "not_finite": int(bad.sum()), "output_finite": bool(torch.isfinite(y_T).all())}
 
 
 def decay_frame(factory, spec, shapes, config=DEFAULT, progress=None, warn=None):
@@ -218,7 +219,8 @@ def decay_frame(factory, spec, shapes, config=DEFAULT, progress=None, warn=None)
         if r["not_finite"] and warn is not None:
             warn(f"T={T} d={d} input_scale={s:g} seed={seed}: the gradient of {spec} is not "
                  f"finite (inf or NaN) at {r['not_finite']} of {T - 1} distances; their rows "
-                 f"are empty (the module overflows in {config.dtype})")
+                 f"are empty (the module overflows in {config.dtype}"
+                 f"{'' if r['output_finite'] else ': y_T itself is not finite'})")
         g = models.path_frame(
             spec, np.arange(1, T), weight="factory", activation="module",
             input_scale=float(s), T=T, d=d, seed=seed, log10_norm=r["log10_norm"],
@@ -235,7 +237,7 @@ def over_seeds(frame, seed=0):
     ``log10_norm``: its median with a 95 % bootstrap interval over the seeds
     (``stats.bootstrap_interval``, NaN under 3 seeds), its least and largest values, and the
     largest upper end of the sketch's interval (``log10_norm_hi``). ``seeds``: the draws with
-    a non-zero block."""
+    a finite, non-zero block."""
     from harness.infra import stats
     keys = ["model", "input_scale", "T", "d"]
     rows = []
@@ -244,13 +246,11 @@ def over_seeds(frame, seed=0):
         hi = g.pivot(index="seed", columns="distance", values="log10_norm_hi")
         V = wide.to_numpy()
         finite = np.isfinite(V)
-        with np.errstate(all="ignore"):
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)     # a k no seed reaches
-                med = np.nanmedian(V, axis=0)
-                vmin, vmax = np.nanmin(V, axis=0), np.nanmax(V, axis=0)
-                hmax = np.nanmax(hi.to_numpy(), axis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)         # a k no seed reaches: NaN
+            med = np.nanmedian(V, axis=0)
+            vmin, vmax = np.nanmin(V, axis=0), np.nanmax(V, axis=0)
+            hmax = np.nanmax(hi.to_numpy(), axis=0)
         measure = g.groupby("distance").norm_measure.first()
         for j, k in enumerate(wide.columns):
             col = V[finite[:, j], j]
