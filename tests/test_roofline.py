@@ -200,7 +200,9 @@ def test_the_levels_are_chosen_smallest_first():
     caches = {"L1": 10, "L2": 100, "L3": 1000}
     assert [R.level_of(n, caches) for n in (1, 10, 11, 100, 1000, 1001)] == \
         ["L1", "L1", "L2", "L2", "L3", "memory"]
-    assert R.working_sets(caches, 8) == {"L1": 5, "L2": 50, "L3": 500, "memory": 8000}
+    assert R.working_sets(caches, 8) == {"L1": 5, "L2": 50, "L3": 400, "memory": 8000}
+    assert R.usable_caches(caches) == {"L1": 10, "L2": 100, "L3": 800}       # 8 x L2
+    assert R.usable_caches({"L1": 1, "L2": 100, "L3": 300})["L3"] == 300
 
 
 # --------------------------------------------------------------------------- caches
@@ -324,3 +326,49 @@ def test_a_config_with_too_few_rounds_or_no_family_is_refused():
         R.check_config(dataclasses.replace(R.QUICK, families=()))
     with pytest.raises(ValueError, match="dtypes"):
         R.check_config(dataclasses.replace(R.QUICK, dtypes=("int8",)))
+
+
+# --------------------------------------------------------------------------- the docs' tables
+
+def _docs():
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "docs" / "_ext"))
+    import harness_docs
+    return root, harness_docs
+
+
+def _table_rows(text):
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| family |")
+            and not line.startswith("| ceiling |") and not line.startswith("| d |")]
+
+
+def test_the_docs_kernel_table_is_its_csv_with_each_fraction_recomputed():
+    root, docs = _docs()
+    d = pd.read_csv(root / "docs" / "roofline.csv")
+    rows = _table_rows(docs.render("roofline_kernels"))
+    assert len(rows) == len(d)
+    for cells, r in zip(rows, d.itertuples()):
+        assert cells[:3] == [r.family, r.kernel, r.direction]
+        assert cells[-1] == f"{r.achieved / r.bound:.0%}"            # fraction, recomputed
+        assert float(cells[7]) == pytest.approx(r.flops / r.bytes, abs=0.005)
+        assert float(cells[8]) == pytest.approx(r.bound / 1e9, abs=0.05)
+
+
+def test_the_docs_ceiling_and_crossover_tables_are_their_csvs():
+    root, docs = _docs()
+    c = pd.read_csv(root / "docs" / "ceilings.csv", keep_default_na=False)
+    rows = _table_rows(docs.render("roofline_ceilings"))
+    assert [r[0] for r in rows] == list(c.ceiling)
+    assert [float(r[4].split()[0]) for r in rows] == [round(v, 1) for v in c.value]
+    x = pd.read_csv(root / "docs" / "roofline_crossover.csv")
+    rows = _table_rows(docs.render("roofline_crossover"))
+    assert [int(r[0]) for r in rows] == list(x.d) and [float(r[1]) for r in rows] == list(x.d)
+    # the page's bound column: the kernels' peaks and bandwidths, from the committed ceilings
+    k = pd.read_csv(root / "docs" / "roofline.csv")
+    peak = {dt: g.value.max() * 1e9 for dt, g in c[c.level == "compute"].groupby("dtype")}
+    bw = {lv: g.value.max() * 1e9 for lv, g in c[c.level != "compute"].groupby("level")}
+    recomputed = [min(peak[r.dtype], r.intensity * bw[r.level]) for r in k.itertuples()]
+    assert np.allclose(k.bound, recomputed, rtol=1e-12)

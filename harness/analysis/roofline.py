@@ -8,8 +8,8 @@ median of the rounds with its 95 % bootstrap interval:
   by NumPy's ``@`` and by Numba's ``np.dot``, which calls SciPy's OpenBLAS) and in a
   compiled FMA loop (``harness.kernels.roofline.fma_chains``); the bandwidth of each cache
   level and of memory by a read-only sum and a STREAM triad at working sets sized from the
-  caches the OS reports (``cache_sizes``): half of L1d, of L2 and of L3, and
-  ``memory_multiple`` x L3;
+  caches the OS reports (``cache_sizes``, L3 capped at the share one core counts on:
+  ``usable_caches``): half of L1d, of L2 and of L3, and ``memory_multiple`` x L3;
 * ``measure_kernels``: each registered family's compared kernels (``Compared``), forward
   and backward, at their benchmark sizes: flops from the traced forms' closed-form counts
   (``Form.macs``; 2 flops a multiplication), bytes from ``BYTES`` (one model per kernel),
@@ -69,6 +69,7 @@ LEVELS = ("L1", "L2", "L3", "memory")
 # EPYC (Zen 3) as its KVM guests report it, per core (L3 shared)
 DEFAULT_CACHES = {"L1": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
 SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
+L3_SHARE = 8                # the L3 one core counts on: at most this many times its L2
 
 
 # ----------------------------------------------------------------------------- caches
@@ -115,9 +116,19 @@ def cache_sizes(root=SYSFS_CACHE, lscpu=None):
     return dict(DEFAULT_CACHES), "default"
 
 
+def usable_caches(caches):
+    """``caches`` with L3 taken as at most ``L3_SHARE`` x L2: the share of a shared L3 that
+    one core can count on. On the project machines (a KVM guest's 2 vCPUs on a 32 MiB L3
+    that the host's other cores use too) a read-only sum ran at 50 GB/s up to 4 MiB, 20 GB/s
+    at 8 MiB and memory's 7 GB/s from 16 MiB (half the L3) on."""
+    return dict(caches, L3=min(caches["L3"], L3_SHARE * caches["L2"]))
+
+
 def working_sets(caches, memory_multiple=DEFAULT.memory_multiple):
-    """{level: bytes} of the bandwidth kernels: half of each cache, ``memory_multiple`` x L3."""
-    return {"L1": caches["L1"] // 2, "L2": caches["L2"] // 2, "L3": caches["L3"] // 2,
+    """{level: bytes} of the bandwidth kernels, from the caches the OS reports: half of L1d,
+    of L2 and of the usable L3 (``usable_caches``), and ``memory_multiple`` x the whole L3."""
+    usable = usable_caches(caches)
+    return {"L1": caches["L1"] // 2, "L2": caches["L2"] // 2, "L3": usable["L3"] // 2,
             "memory": memory_multiple * caches["L3"]}
 
 
@@ -220,7 +231,7 @@ def measure_ceilings(config=DEFAULT, caches=None):
     cols = ["ceiling", "dtype", "level", "working_set_bytes", "value", "lo", "hi", "unit", "blas",
             "rounds", "threads", "cache_source", "openblas_coretype"]
     frame = pd.DataFrame(rows)[cols]
-    frame.attrs["caches"] = caches
+    frame.attrs["caches"] = usable_caches(caches)       # where a kernel's working set fits
     return frame
 
 
@@ -467,7 +478,7 @@ def measure_kernels(ceilings, config=DEFAULT, progress=None):
     """``roofline.csv``: one row per (kernel, case, dtype, direction) of ``kernel_cases``,
     each kernel's cases and directions timed in the same interleaved rounds."""
     from harness.infra import machine
-    caches = ceilings.attrs.get("caches") or cache_sizes()[0]
+    caches = ceilings.attrs.get("caches") or usable_caches(cache_sizes()[0])
     todo = kernel_cases(config)
     rows = []
     with machine.threads(config.threads):
@@ -529,7 +540,7 @@ def predicted_crossover(kernels, ceilings, d, dtype="float64", T_grid=None):
     step_bound = r.flops / r["bound"] / r["T"]
     fam = models.get(models.ATTENTION)
     form = fam.tracing.forms[0]
-    caches = ceilings.attrs.get("caches") or cache_sizes()[0]
+    caches = ceilings.attrs.get("caches") or usable_caches(cache_sizes()[0])
     peak, bw = peaks(ceilings)[dtype] * 1e9, bandwidths(ceilings)
     s = np.dtype(dtype).itemsize
     T_grid = np.unique(np.geomspace(2, 1 << 16, 400).astype(int)) if T_grid is None else T_grid
