@@ -72,10 +72,10 @@ def test_a_batched_backwards_carry_starts_at_zero_and_its_scratch_fits_carry_bac
     np.testing.assert_allclose(carry, G[:, 1] @ W_hh, rtol=1e-5)   # W_hh^T dl/da_t, per sequence
 
 
-@pytest.mark.parametrize("n", [16, 37])    # whole blocks of 16 rows, and a last partial one
-def test_add_columns_adds_each_column_into_its_sequences_row_at_step_t_only(n):
+@pytest.mark.parametrize("B", [8, 16, 13, 5])    # blocks of 8 sequences, or one at a time
+def test_add_columns_adds_each_column_into_its_sequences_row_at_step_t_only(B):
     rng = np.random.default_rng(3)
-    B, T, t = 5, 3, 1
+    n, T, t = 37, 3, 1
     A = rng.normal(size=(B, T, n)).astype(np.float32)
     a = rng.normal(size=(n, B)).astype(np.float32)
     want = A.copy()

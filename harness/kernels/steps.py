@@ -41,9 +41,20 @@ def nonfinite(u):
 
 @njit(cache=True, error_model="numpy")
 def _blocked_copy(a, A, t, to_A):
-    # between a (n, B) and the caller's layout A (B, T, n) at step t, in blocks of 16 rows of a,
-    # so that each block's strided reads or writes stay in L1 (1 KiB in float32 for B = 16)
+    # between a (n, B) and the caller's layout A (B, T, n) at step t. When 8 divides B, 8
+    # sequences at a time (as add_columns: 8 contiguous values of a row of a, one per row of A,
+    # whose lines stay in L1); else in blocks of 16 rows of a, so that each block's strided reads
+    # or writes stay in L1 (1 KiB in float32 for B = 16)
     n, B = a.shape
+    if B % 8 == 0:
+        for r0 in range(0, B, 8):
+            for j in range(n):
+                for rr in range(8):             # a constant trip count: unrolled
+                    if to_A:
+                        A[r0 + rr, t, j] = a[j, r0 + rr]
+                    else:
+                        a[j, r0 + rr] = A[r0 + rr, t, j]
+        return
     for j0 in range(0, n, 16):
         j1 = min(j0 + 16, n)
         for r in range(B):
@@ -71,13 +82,21 @@ def to_columns(A, t, a):
 @njit(cache=True, error_model="numpy")
 def add_columns(A, t, a):
     # A[r, t, :] += a[:, r] for every r: a step's product as (n, B) columns into the caller's
-    # (B, T, n) rows, in blocks of 16 rows of a, as _blocked_copy
+    # (B, T, n) rows. When 8 divides B, 8 sequences at a time: each j reads 8 contiguous
+    # a[j, r] and writes one value to each of 8 rows, whose cache lines stay in L1 over 16 j.
+    # Measured (B = 32, n = 1024, float32, one thread, CPU time): 20-24 us a step, against 50-77
+    # for a row at a time or blocks of 16 j per row (so is a loop over the whole blocks of 8
+    # that leaves a remainder: LLVM vectorises this form only)
     n, B = a.shape
-    for j0 in range(0, n, 16):
-        j1 = min(j0 + 16, n)
+    if B % 8 == 0:
+        for r0 in range(0, B, 8):
+            for j in range(n):
+                for rr in range(8):             # a constant trip count: unrolled
+                    A[r0 + rr, t, j] += a[j, r0 + rr]
+    else:
         for r in range(B):
             row = A[r, t]
-            for j in range(j0, j1):
+            for j in range(n):
                 row[j] += a[j, r]
 
 
