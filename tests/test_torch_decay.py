@@ -67,8 +67,8 @@ def test_lstm_is_the_lstm_familys_path(gate_bias):
     r, X = measured(module_with(torch.nn.LSTM, W_hh, W_hh, b))
     H, C = lstm_kernels.forward(X, W_hh, W_hh, b_ih=b)
     _, log_f = lstm.step_jacobians(X, H, C, W_hh, W_hh, b)
-    own, _ = _gated.route_norms(lambda lo, hi: lstm.step_jacobians(X, H, C, W_hh, W_hh, b, lo, hi)[0],
-                                T, D, log_f)
+    steps = lambda lo, hi: lstm.step_jacobians(X, H, C, W_hh, W_hh, b, lo, hi)[0]   # noqa: E731
+    own, _ = _gated.route_norms(steps, T, D, log_f)
     np.testing.assert_allclose(r["log10_norm"][:-1], own[1:], atol=TOL, rtol=0)
 
 

@@ -22,7 +22,8 @@ sequence first: the module's forward and forward+backward over --T at width --d,
 every family's own kernels at the same T and d (--model to choose), in the same
 interleaved rounds on one thread; writes speed.csv (median and interval per T) and
 speed_fit.csv (seconds = a + b T^p, with intervals):
-  harness compare --torch examples/torch/lstm2.py:make --shape X=1,T,d --T 128 256 512 1024 2048
+  harness compare --torch examples/torch/lstm2.py:factory --shape X=1,T,d \\
+      --T 128 256 512 1024 2048 --d 64
 """
 
 EXAMPLE = "harness compare --threads 1 --out reports/compare"

@@ -27,7 +27,7 @@ interval at every k) and decay.png / decay.svg, the families' decay figure.
 
 example:
   harness decay --rho 0.5 0.9 1.1 --activation tanh --T 1000 --d 64 --out reports/decay
-  harness decay --torch examples/torch/lstm2.py:make --shape X=1,T,d --T 256 --d 32
+  harness decay --torch examples/torch/lstm2.py:factory --shape X=1,T,d --T 256 --d 32
 """
 
 FILES = ("decay.csv", "decay_summary.csv", "decay_clipping.csv", "decay_additive.csv")

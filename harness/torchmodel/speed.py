@@ -209,7 +209,8 @@ def fit(times, config=DEFAULT):
         e = walltime.fit_exponents(one, min_T=int(g["T"].min())).iloc[0]
         grid = s.pivot(index="round", columns="T", values="seconds")          # (rounds, T)
         Ts = grid.columns.to_numpy(dtype=float)
-        p, a, b = (float(z) for z in stats.offset_power_law(Ts, g.sort_values("T").seconds.to_numpy()))
+        medians = g.sort_values("T").seconds.to_numpy()
+        p, a, b = (float(z) for z in stats.offset_power_law(Ts, medians))
         if Ts.size < 3:
             p, a, b = float(e.exponent), float(e.fixed_seconds), math.nan
         ab = {}
@@ -235,7 +236,8 @@ def format_fit(fit_frame):
         return f"{v:{fmt}}{band}"
     lines = []
     for r in fit_frame.itertuples():
-        lines.append(f"{r.model:>24} {r.direction:>16}  p = {iv(r.exponent, r.exponent_lo, r.exponent_hi, '.3f')}"
-                     f"  a = {iv(r.fixed_seconds, r.fixed_seconds_lo, r.fixed_seconds_hi, '.3g')} s"
-                     f"  b = {iv(r.per_T_p_seconds, r.per_T_p_seconds_lo, r.per_T_p_seconds_hi, '.3g')} s")
+        p = iv(r.exponent, r.exponent_lo, r.exponent_hi, ".3f")
+        a = iv(r.fixed_seconds, r.fixed_seconds_lo, r.fixed_seconds_hi, ".3g")
+        b = iv(r.per_T_p_seconds, r.per_T_p_seconds_lo, r.per_T_p_seconds_hi, ".3g")
+        lines.append(f"{r.model:>24} {r.impl:>7} {r.direction:>16}  p = {p}  a = {a} s  b = {b} s")
     return "\n".join(lines)
