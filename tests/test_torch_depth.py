@@ -232,7 +232,10 @@ def test_cli_torch_without_pytorch_says_how_to_install_it(monkeypatch, capsys):
     assert "pip install 'harness[torch]'" in err and len(err.strip().splitlines()) == 1
 
 
-def test_interp_refuses_a_bad_scan():
+def test_interp_refuses_a_bad_scan_and_an_output_without_T_on_dimension_minus_2():
     with pytest.raises(ValueError, match="--scan: one of chain, tree"):
         interp.interpret(None, None, scan="parallel")
-    assert UsageError
+    built = load.build(lambda: (lambda X: X.sum(dim=1)), "user", SEQ, 4, 2)
+    with pytest.raises(UsageError, match=r"the first output of user must be \(\.\.\., T, width\) "
+                                         r"with T = 4 on dimension -2, got shape \(1, 2\)"):
+        interp.interpret(export.export(built), built)

@@ -38,6 +38,7 @@ import numpy as np
 
 from harness.analysis import depth, trace
 from harness.analysis.trace import Traced
+from harness.infra.files import UsageError
 
 SCANS = ("chain", "tree")
 
@@ -624,7 +625,7 @@ def interpret(program, built, scan="chain"):
     user = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
     names = list(built.inputs)
     if len(user) != len(names):
-        raise ValueError(f"{built.arg}: the exported program takes {len(user)} inputs, "
+        raise UsageError(f"{built.arg}: the exported program takes {len(user)} inputs, "
                          f"{len(names)} --shape were given")
     state = {**dict(program.named_parameters()), **dict(program.named_buffers()),
              **dict(program.constants)}
@@ -702,11 +703,11 @@ def interpret(program, built, scan="chain"):
                 env.pop(a, None)                              # nothing reads it any more
     traced = tuple(o for o in outputs if isinstance(o, Traced))
     if not traced:
-        raise ValueError(f"{built.arg}: the forward of {built.spec} returns no value computed "
+        raise UsageError(f"{built.arg}: the forward of {built.spec} returns no value computed "
                          f"from its inputs")
     y = traced[0]
     if y.ndim < 2 or y.shape[-2] != T:
-        raise ValueError(f"{built.arg}: the first output of {built.spec} must be (..., T, "
+        raise UsageError(f"{built.arg}: the first output of {built.spec} must be (..., T, "
                          f"width) with T = {T} on dimension -2, got shape {y.shape}")
     return TorchTrace(built.spec, T, built.d, g, traced, time.perf_counter() - t0,
                       macs_by_op=macs_by_op)
