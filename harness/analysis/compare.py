@@ -7,6 +7,9 @@ family declares its own (``Compared.peers``):
   RNN; matrix products and a vectorised softmax for attention);
 * ``torch``: ``torch.nn.RNN`` and ``scaled_dot_product_attention`` with
   projections, and autograd for the backward (left out when PyTorch is missing);
+* ``jax``: the same computation in ``jax.numpy`` (``lax.scan`` for the recurrences),
+  ``jax.jit`` on the CPU, XLA on the run's threads (``_jax``), the backward by ``jax.vjp``
+  from kept residuals (left out when JAX is missing);
 * ``gemm``: the kernel's matrix products alone, in its shapes, on its BLAS, into
   preallocated buffers (attention's forward; the RNN's forward and backward): the
   floor that the kernel's own work is measured against. ``harness_over_gemm`` is
@@ -20,7 +23,9 @@ blocks, neither of which stores the T x T weights either.
 
 Every sample is the mean of ``number`` calls; each implementation gets
 ``repeats`` samples in interleaved rounds (``harness.infra.timing``), and the median is
-reported. Speed is a ratio: peer time / harness time, measured side by side.
+reported. Speed is a ratio: peer time / harness time, measured side by side. Every row
+names the libraries it ran on (``libraries``: each BLAS, torch's and XLA's, from
+``harness.infra.machine.libraries``).
 """
 
 from __future__ import annotations
@@ -75,6 +80,70 @@ def _torch():
     return torch
 
 
+# XLA's CPU client sizes its thread pool, once, by the CPUs the thread that starts it may run
+# on; its flags do not: with --xla_cpu_multi_thread_eigen=false alone, jax 0.10.2 still ran
+# one 2000 x 2000 matmul on four busy threads (two Eigen, two YNNPACK), with the start pinned
+# to one CPU on one. ``_JAX``: the imported module (None: not installed) and XLA's threads.
+_JAX = {}
+XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
+
+
+def _jax(threads=1):
+    """JAX on the CPU, float64 enabled, XLA on ``threads`` threads; None where JAX is not
+    installed. The first call in a process decides: XLA's threads cannot change once its
+    client has started (``jax_threads()`` says what they are)."""
+    if "module" in _JAX:
+        return _JAX["module"]
+    import os
+    from harness.infra import signals
+    os.environ["JAX_PLATFORMS"] = "cpu"         # read at jax's import, XLA_FLAGS at its client's start
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {XLA_FLAGS}".strip()
+    try:
+        with signals.quietly():                 # jaxlib's import calls back into Python too
+            import jax
+    except ImportError:
+        _JAX.update(module=None, threads=None)
+        return None
+    from jax._src import xla_bridge
+    jax.config.update("jax_enable_x64", True)   # float64 arrays stay float64; float32 stay float32
+    _JAX["threads"] = None                      # started elsewhere: its threads are not ours to say
+    if not xla_bridge.backends_are_initialized() and hasattr(os, "sched_setaffinity"):
+        jax.config.update("jax_platforms", "cpu")
+        mask = os.sched_getaffinity(0)          # this thread's alone (pid 0), and what it starts
+        before = _tasks()
+        os.sched_setaffinity(0, sorted(mask)[:threads])
+        try:
+            with signals.quietly():
+                jax.devices("cpu")              # the client starts, its pool sized by the mask
+        finally:
+            os.sched_setaffinity(0, mask)
+            for tid in _tasks() - before:       # its threads may then run on any CPU, as ours
+                try:
+                    os.sched_setaffinity(tid, mask)
+                except OSError:                 # ended meanwhile
+                    pass
+        _JAX["threads"] = min(threads, len(mask))
+    _JAX["module"] = jax
+    return jax
+
+
+def _tasks():
+    """This process's thread ids (Linux: /proc/self/task; elsewhere none)."""
+    import os
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+def jax_threads():
+    """XLA's threads in this process (``_jax``), or None: JAX not imported by ``_jax`` or
+    missing, or its client started by someone else."""
+    return _JAX.get("threads")
+
+
 # each direction's slot in an implementation's tuple (forward, backward, outputs, forward+backward)
 SLOTS = {"forward": 0, "backward": 1, "forward+backward": 3}
 
@@ -96,7 +165,7 @@ def implementations(case, seed=0):
     impls = {"harness": common_peers.slots(lambda: k.forward(X, *W),
                                            lambda o: k.backward(X, W, o, g), out,
                                            primary=fam.kernels.primary, dx=lambda gr: gr.dX)}
-    impls.update(k.peers(X, W, g, _torch()))
+    impls.update(k.peers(X, W, g, _torch(), jax=_jax()))
     return impls
 
 
@@ -110,10 +179,12 @@ def run_comparison(config=DEFAULT, progress=None):
     its median meets it.
     """
     torch = _torch()
+    _jax(config.threads)                  # the first call sets XLA's threads (``_jax``)
     machine.set_threads(config.threads)
     if torch is not None:
         torch.set_num_threads(config.threads)
     env = machine.describe()
+    libraries = machine.libraries_line(machine.libraries(jax_threads()))
     rows, summary = [], []
     todo = cases(config)
     for n, case in enumerate(todo, 1):
@@ -141,6 +212,7 @@ def run_comparison(config=DEFAULT, progress=None):
                    "speedup_vs_fastest": speedup, "speedup_lo": lo, "speedup_hi": hi,
                    "speedup_vs_numpy": peers["numpy"] / med["harness"],
                    "speedup_vs_torch": peers["torch"] / med["harness"] if "torch" in peers else np.nan,
+                   "speedup_vs_jax": peers["jax"] / med["harness"] if "jax" in peers else np.nan,
                    "target": words,
                    "met": bool(speedup >= need and peers["numpy"] >= med["harness"])}
             if "gemm" in med:
@@ -155,12 +227,16 @@ def run_comparison(config=DEFAULT, progress=None):
         timings[k] = env[k]
         summary[k] = env[k]
     timings["torch_threads"] = torch.get_num_threads() if torch is not None else np.nan
+    for frame in (timings, summary):
+        frame["jax_threads"] = np.nan if jax_threads() is None else jax_threads()
+        frame["libraries"] = libraries
     return timings, summary
 
 
 def format_summary(summary):
     cols = ["model", "kernel", "batch", "T", "d", "dtype", "direction", "harness_s", "fastest_peer",
-            "speedup_vs_fastest", "speedup_lo", "speedup_hi", "speedup_vs_numpy", "speedup_vs_torch", "met"]
+            "speedup_vs_fastest", "speedup_lo", "speedup_hi", "speedup_vs_numpy", "speedup_vs_torch",
+            "speedup_vs_jax", "met"]
     if "harness_over_gemm" in summary:
         cols[-1:-1] = ["harness_over_gemm", "ceiling_vs_fastest"]
     view = summary[cols].copy()

@@ -256,3 +256,34 @@ def torch_peer(run, X, W, dY, torch):
     (``common_peers.autograd``), the weights' gradients computed too, as the kernel's."""
     Wt = [torch.from_numpy(w).clone().requires_grad_(True) for w in W]
     return common_peers.autograd(lambda x: run(torch, x, *Wt), X, dY, dY.shape, torch)
+
+
+# ------------------------------------------------------------------ JAX peer (its VJP)
+
+def jax_chunked(jax, X, Wq, Wk, Wv, chunk=CHUNK):
+    """``numpy_forward`` in JAX: every chunk at once, the states an exclusive cumsum;
+    ``chunk=None``: the parallel form. X (..., T, d_model) -> Y (..., T, d_v)."""
+    jnp = jax.numpy
+    FQ, FK, V = jax.nn.elu(X @ Wq.T) + 1.0, jax.nn.elu(X @ Wk.T) + 1.0, X @ Wv.T
+    T = X.shape[-2]
+    C = T if chunk is None else chunk
+    n = -(-T // C)
+    V1 = jnp.concatenate([V, jnp.ones(V.shape[:-1] + (1,), V.dtype)], axis=-1)      # (..., T, w)
+
+    def chunks(A, fill):                        # (..., T, w) -> (..., n, C, w), padded with fill
+        pad = [(0, 0)] * (A.ndim - 2) + [(0, n * C - T), (0, 0)]
+        A = jnp.pad(A, pad, constant_values=fill)
+        return A.reshape(A.shape[:-2] + (n, C, A.shape[-1]))
+
+    q, k, v = chunks(FQ, 1.0), chunks(FK, 0.0), chunks(V1, 0.0)
+    A = (q @ jnp.swapaxes(k, -1, -2)) * causal(C).astype(X.dtype)            # (..., n, C, C)
+    KV = jnp.swapaxes(k, -1, -2) @ v                                          # (..., n, d_k, w)
+    S = jnp.cumsum(KV, axis=-3) - KV                                          # entering chunk j
+    O = (A @ v + q @ S).reshape(X.shape[:-2] + (n * C, V1.shape[-1]))[..., :T, :]
+    return O[..., :-1] / O[..., -1:]
+
+
+def jax_peer(X, W, dY, jax, chunk=CHUNK):
+    """compare's (forward, backward, outputs, forward+backward) of ``jax_chunked``, jitted, its
+    VJP giving the weights' gradients too, as the kernel's (``common_peers.jitted``)."""
+    return common_peers.jitted(lambda x, *w: jax_chunked(jax, x, *w, chunk=chunk), X, W, dY, jax)

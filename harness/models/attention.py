@@ -308,8 +308,9 @@ def _heads(*qkv):
     return tuple(a[None, None] for a in qkv)
 
 
-def peers(X, W, dY, torch=None):
-    """NumPy's matrix products and softmax; the GEMMs alone (the floor); PyTorch's SDPA + autograd."""
+def peers(X, W, dY, torch=None, jax=None):
+    """NumPy's matrix products and softmax; the GEMMs alone (the floor); PyTorch's SDPA + autograd;
+    JAX's (``jax_forward``), jitted, and its VJP."""
     Wq, Wk, Wv = W
     Y, A = attention.forward(X, Wq, Wk, Wv)
     T, d = X.shape
@@ -332,7 +333,35 @@ def peers(X, W, dY, torch=None):
     impls["gemm"] = (gemm_forward, None, None)
     if torch is not None:
         impls["torch"] = _torch_peer(X, W, dY, torch)
+    if jax is not None:
+        impls["jax"] = common_peers.jitted(lambda x, *w: jax_forward(jax, x, *w), X, W, dY, jax)
     return impls
+
+
+def jax_forward(jax, X, Wq, Wk, Wv):
+    """softmax(Q K^T / sqrt(d_k)) V with Q, K, V = X Wq, X Wk, X Wv, in JAX: the T x T weights
+    whole, as ``reference.attention_forward``. X (..., T, d) -> Y (..., T, d_v)."""
+    jnp = jax.numpy
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    E = (Q @ jnp.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(Q.shape[-1]))     # (..., T, T)
+    return jax.nn.softmax(E, axis=-1) @ V
+
+
+def jax_blocked(jax, X, Wq, Wk, Wv, block=256):
+    """``reference.attention_forward_blocked`` in JAX: ``lax.map`` over blocks of ``block``
+    query rows, each block's (block, T) scores under ``jax.checkpoint``, so that the backward
+    recomputes them and no T x T array is kept. (``jax.nn.dot_product_attention`` on the
+    CPU is its "xla" implementation, which builds the whole (T, T) logits.) X (T, d)."""
+    jnp = jax.numpy
+    T = X.shape[0]
+    Q, K, V = X @ Wq, X @ Wk, X @ Wv
+    n = -(-T // block)
+    Qb = jnp.pad(Q, ((0, n * block - T), (0, 0))).reshape(n, block, Q.shape[1])   # zero rows: sliced off
+
+    @jax.checkpoint
+    def rows(q):                                    # (block, d_k) -> (block, d_v)
+        return jax.nn.softmax((q @ K.T) * (1.0 / math.sqrt(Q.shape[1])), axis=-1) @ V
+    return jax.lax.map(rows, Qb).reshape(n * block, V.shape[1])[:T]
 
 
 def _torch_peer(X, W, dY, torch):
@@ -347,9 +376,10 @@ def _torch_peer(X, W, dY, torch):
     return common_peers.autograd(call, X, dY, X.shape, torch)
 
 
-def tiled_peers(X, W, dY, torch=None):
+def tiled_peers(X, W, dY, torch=None, jax=None):
     """At long T, the peers that keep no T x T array either: NumPy by blocks of 256 query
-    rows (``reference.attention_forward_blocked``) and PyTorch's SDPA, which is tiled."""
+    rows (``reference.attention_forward_blocked``), PyTorch's SDPA, which is tiled, and JAX
+    by the same blocks (``jax_blocked``)."""
     if X.ndim != 2:
         raise ValueError(f"X must be (T, d) for the tiled kernel's peers, got shape {X.shape}: "
                          f"compare one sequence (batch 1).")
@@ -365,6 +395,8 @@ def tiled_peers(X, W, dY, torch=None):
                        n_forward_backward)}
     if torch is not None:
         impls["torch"] = _torch_peer(X, W, dY, torch)
+    if jax is not None:
+        impls["jax"] = common_peers.jitted(lambda x, *w: jax_blocked(jax, x, *w), X, W, dY, jax)
     return impls
 
 

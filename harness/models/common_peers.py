@@ -1,10 +1,14 @@
-"""What the families' peers share: compare's four slots of any implementation, and a torch
-module with autograd.
+"""What the families' peers share: compare's four slots of any implementation, a torch
+module with autograd, and a JAX function, jitted, with its VJP.
 
-PyTorch is optional: the caller passes the imported module (or None, and no torch peer).
+PyTorch and JAX are optional: the caller passes the imported module (or None, and no peer
+of that library). ``harness.analysis.compare._jax`` imports JAX on the CPU, float64
+enabled, with its threads set.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 
 def slots(forward, backward_of, kept, primary=lambda out: out[0], dx=lambda grads: grads[0]):
@@ -63,3 +67,33 @@ def autograd(call, X, dY, shape, torch):
         return Xn.grad.reshape(X.shape)
 
     return t_forward, t_backward, t_outputs, t_both
+
+
+def jitted(fn, X, W, dY, jax, shape=None):
+    """(forward, backward, outputs, forward+backward) of ``fn(X, *W) -> Y`` in JAX, every slot
+    jitted and blocking until its result is ready: the backward is the VJP of dY with respect
+    to X and every weight (as the kernels' backwards give them all), from the residuals one
+    jitted forward kept (as a kernel keeps its own); forward+backward runs both in one jitted
+    call. ``outputs`` gives (Y reshaped to ``shape``, default dY's, and dX) as NumPy arrays."""
+    jnp = jax.numpy
+    args = tuple(jnp.asarray(a) for a in (X, *W))
+    g = jnp.asarray(dY)
+    f = jax.jit(fn)
+    _, kept = jax.vjp(f, *args)                 # a Partial: it passes through jit as data
+    back = jax.jit(lambda vjp, g: vjp(g))
+    both = jax.jit(lambda g, *a: jax.vjp(fn, *a)[1](g))
+
+    def j_forward():
+        return f(*args).block_until_ready()
+
+    def j_backward():
+        return jax.block_until_ready(back(kept, g))
+
+    def j_outputs():
+        return (np.asarray(j_forward()).reshape(dY.shape if shape is None else shape),
+                np.asarray(j_backward()[0]))
+
+    def j_both():
+        return jax.block_until_ready(both(g, *args))
+
+    return j_forward, j_backward, j_outputs, j_both

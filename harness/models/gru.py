@@ -103,9 +103,9 @@ def gru_decay(T=256, d=32, gate_bias=1.0, input_scale=1.0, seed=0):
 
 # ------------------------------------------------------------------ peers
 
-def peers(X, W, dH, torch=None):
-    """The NumPy step loop of ``harness.models.reference`` and, with PyTorch, ``torch.nn.GRU``
-    + autograd (oneDNN's kernels on CPU)."""
+def peers(X, W, dH, torch=None, jax=None):
+    """The NumPy step loop of ``harness.models.reference``; with PyTorch, ``torch.nn.GRU``
+    + autograd (oneDNN's kernels on CPU); with JAX, ``jax_forward`` jitted, and its VJP."""
     W_ih, W_hh = W
     H = gru.forward(X, W_ih, W_hh)
     impls = {"numpy": common_peers.slots(
@@ -113,7 +113,27 @@ def peers(X, W, dH, torch=None):
         lambda H_: reference.gru_backward(X, H_, W_ih, W_hh, dH), H, primary=lambda out: out)}
     if torch is not None:
         impls["torch"] = common_peers.recurrent(torch.nn.GRU, X, W, dH, H.shape, torch)
+    if jax is not None:
+        impls["jax"] = common_peers.jitted(lambda x, *w: jax_forward(jax, x, *w), X, W, dH, jax)
     return impls
+
+
+def jax_forward(jax, X, W_ih, W_hh):
+    """PyTorch's GRU equations (gates r, z, n), no biases, by ``lax.scan`` over t:
+    n = tanh(W_in x + r (W_hn h_{t-1})), h_t = (1 - z) n + z h_{t-1}. X (..., T, d) -> H."""
+    jnp, sig = jax.numpy, jax.nn.sigmoid
+    d_h = W_hh.shape[1]
+    XW = jnp.moveaxis(X @ W_ih.T, -2, 0)            # (T, ..., 3 d_h)
+
+    def step(h, x):
+        a = h @ W_hh.T                              # (..., 3 d_h)
+        r = sig(x[..., :d_h] + a[..., :d_h])
+        z = sig(x[..., d_h:2 * d_h] + a[..., d_h:2 * d_h])
+        n = jnp.tanh(x[..., 2 * d_h:] + r * a[..., 2 * d_h:])
+        h = n + z * (h - n)
+        return h, h
+    _, H = jax.lax.scan(step, jnp.zeros(XW.shape[1:-1] + (d_h,), X.dtype), XW)
+    return jnp.moveaxis(H, 0, -2)
 
 
 FAMILY = _gated.family(

@@ -377,22 +377,27 @@ def method_agreement(Ts=(1, 7, 64, 65, 200, 1000), d=16, decays=la.DECAYS, dtype
 
 # ------------------------------------------------------------------ peers
 
-def peers(X, W, dY, torch=None):
+def peers(X, W, dY, torch=None, jax=None):
     """NumPy by chunks, every chunk at once (``_linear.numpy_forward``); with PyTorch, the step
-    loop a user writes (``torch``) and the chunked form (``torch-chunked``), with autograd."""
+    loop a user writes (``torch``) and the chunked form (``torch-chunked``), with autograd;
+    with JAX, the chunked form jitted, and its VJP (``_linear.jax_chunked``)."""
     impls = {"numpy": _linear.numpy_peer(X, W, dY)}
     if torch is not None:
         impls["torch"] = _linear.torch_peer(_linear.torch_loop, X, W, dY, torch)
         impls["torch-chunked"] = _linear.torch_peer(_linear.torch_chunked, X, W, dY, torch)
+    if jax is not None:
+        impls["jax"] = _linear.jax_peer(X, W, dY, jax)
     return impls
 
 
-def parallel_peers(X, W, dY, torch=None):
-    """The masked T x T product in NumPy and, with PyTorch, with autograd."""
+def parallel_peers(X, W, dY, torch=None, jax=None):
+    """The masked T x T product in NumPy and, with PyTorch and JAX, with autograd and a VJP."""
     impls = {"numpy": _linear.numpy_peer(X, W, dY, chunk=None)}
     if torch is not None:
         impls["torch"] = _linear.torch_peer(
             lambda t, *a: _linear.torch_chunked(t, *a, chunk=None), X, W, dY, torch)
+    if jax is not None:
+        impls["jax"] = _linear.jax_peer(X, W, dY, jax, chunk=None)
     return impls
 
 

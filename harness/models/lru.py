@@ -285,9 +285,9 @@ PATH = GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary
 
 # ------------------------------------------------------------------ peers
 
-def peers(X, W, dY, torch=None):
+def peers(X, W, dY, torch=None, jax=None):
     """NumPy's step loop; NumPy's log-space cumulative sums (Heinsen) where no lam is 0;
-    with PyTorch, its step loop and autograd."""
+    with PyTorch, its step loop and autograd; with JAX, ``jax_forward`` jitted, and its VJP."""
     lam, B = W
     H = lru.forward(X, lam, B)
     dH = _as_state(dY, H)
@@ -299,6 +299,8 @@ def peers(X, W, dY, torch=None):
             lambda: reference.lru_heinsen_forward(X, lam, B),
             lambda H_: reference.lru_heinsen_backward(X, H_, lam, B, dH), H,
             primary=lambda out: primary(np.ascontiguousarray(out, dtype=H.dtype)))
+    if jax is not None:
+        impls["jax"] = common_peers.jitted(lambda x, *w: jax_forward(jax, x, *w), X, W, dY, jax)
     if torch is None:
         return impls
     ct = getattr(torch, H.dtype.name)
@@ -336,6 +338,29 @@ def peers(X, W, dY, torch=None):
 
     impls["torch"] = (t_forward, t_backward, t_outputs)
     return impls
+
+
+def jax_forward(jax, X, lam, B, method="scan"):
+    """h_t = lam * h_{t-1} + B x_t in JAX, returned as ``primary`` gives it: (..., T, 2 d_h),
+    real and imaginary parts side by side, so that a real dY is its gradient. ``method``:
+    "scan", ``lax.scan`` step by step (the peer: the faster on one core), or "associative",
+    ``lax.associative_scan`` of the pairs (lam^k, h)."""
+    jnp = jax.numpy
+    U = X @ B.T                                     # (..., T, d_h), complex
+    if method == "scan":
+        def step(h, u):
+            h = lam * h + u
+            return h, h
+        _, H = jax.lax.scan(step, jnp.zeros(U.shape[:-2] + U.shape[-1:], U.dtype),
+                            jnp.moveaxis(U, -2, 0))
+        H = jnp.moveaxis(H, 0, -2)
+    elif method == "associative":                   # (a1, b1) then (a2, b2): (a1 a2, a2 b1 + b2)
+        A = jnp.broadcast_to(lam, U.shape)
+        _, H = jax.lax.associative_scan(lambda l, r: (l[0] * r[0], r[0] * l[1] + r[1]), (A, U),
+                                        axis=U.ndim - 2)
+    else:
+        raise ValueError(f"method must be 'scan' or 'associative', got {method!r}.")
+    return jnp.stack([H.real, H.imag], axis=-1).reshape(H.shape[:-1] + (2 * H.shape[-1],))
 
 
 SPEED_T = 2 ** 16          # from here on the sequential kernel must be 2x the fastest peer

@@ -118,9 +118,9 @@ def lstm_decay(T=256, d=32, gate_bias=1.0, input_scale=1.0, seed=0):
 
 # ------------------------------------------------------------------ peers
 
-def peers(X, W, dH, torch=None):
-    """The NumPy step loop of ``harness.models.reference`` and, with PyTorch, ``torch.nn.LSTM``
-    + autograd (oneDNN's kernels on CPU)."""
+def peers(X, W, dH, torch=None, jax=None):
+    """The NumPy step loop of ``harness.models.reference``; with PyTorch, ``torch.nn.LSTM``
+    + autograd (oneDNN's kernels on CPU); with JAX, ``jax_forward`` jitted, and its VJP."""
     W_ih, W_hh = W
     H, C = lstm.forward(X, W_ih, W_hh)
     impls = {"numpy": common_peers.slots(
@@ -128,7 +128,29 @@ def peers(X, W, dH, torch=None):
         lambda out: reference.lstm_backward(X, *out, W_ih, W_hh, dH), (H, C))}
     if torch is not None:
         impls["torch"] = common_peers.recurrent(torch.nn.LSTM, X, W, dH, H.shape, torch)
+    if jax is not None:
+        impls["jax"] = common_peers.jitted(lambda x, *w: jax_forward(jax, x, *w), X, W, dH, jax)
     return impls
+
+
+def jax_forward(jax, X, W_ih, W_hh):
+    """PyTorch's LSTM equations (gates i, f, g, o), no biases, by ``lax.scan`` over t:
+    c_t = f c_{t-1} + i g, h_t = o tanh(c_t). X (..., T, d) -> H (..., T, d_h)."""
+    jnp, sig = jax.numpy, jax.nn.sigmoid
+    d_h = W_hh.shape[1]
+    XW = jnp.moveaxis(X @ W_ih.T, -2, 0)            # (T, ..., 4 d_h)
+
+    def step(hc, xw):
+        h, c = hc
+        a = h @ W_hh.T + xw                         # (..., 4 d_h)
+        i, f = sig(a[..., :d_h]), sig(a[..., d_h:2 * d_h])
+        g, o = jnp.tanh(a[..., 2 * d_h:3 * d_h]), sig(a[..., 3 * d_h:])
+        c = f * c + i * g
+        h = o * jnp.tanh(c)
+        return (h, c), h
+    zero = jnp.zeros(XW.shape[1:-1] + (d_h,), X.dtype)
+    _, H = jax.lax.scan(step, (zero, zero), XW)
+    return jnp.moveaxis(H, 0, -2)
 
 
 compare_target = rnn_family.compare_target     # the RNN's targets: 1.5x at batch 1, else 1x

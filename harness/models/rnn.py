@@ -338,9 +338,10 @@ PATH = GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary
 
 # ------------------------------------------------------------------ peers
 
-def peers(X, W, dH, torch=None):
-    """The NumPy step loop of ``harness.models.reference`` and, with PyTorch, ``torch.nn.RNN`` + autograd;
-    and the kernels' BLAS calls alone (``gemm``), the floor their overhead is measured against."""
+def peers(X, W, dH, torch=None, jax=None):
+    """The NumPy step loop of ``harness.models.reference``; with PyTorch, ``torch.nn.RNN`` + autograd;
+    with JAX, ``jax_forward`` jitted, and its VJP; and the kernels' BLAS calls alone (``gemm``),
+    the floor their overhead is measured against."""
     W_xh, W_hh = W
     H = rnn.forward(X, W_xh, W_hh)
     impls = {
@@ -353,7 +354,22 @@ def peers(X, W, dH, torch=None):
     }
     if torch is not None:                    # nn.RNN's default nonlinearity is tanh
         impls["torch"] = common_peers.recurrent(torch.nn.RNN, X, W, dH, H.shape, torch)
+    if jax is not None:
+        impls["jax"] = common_peers.jitted(lambda x, *w: jax_forward(jax, x, *w), X, W, dH, jax)
     return impls
+
+
+def jax_forward(jax, X, W_xh, W_hh):
+    """h_t = tanh(W_hh h_{t-1} + W_xh x_t) in JAX: one input product, then ``lax.scan`` over t.
+    X (..., T, d) -> H (..., T, d_h)."""
+    jnp = jax.numpy
+    XW = jnp.moveaxis(X @ W_xh.T, -2, 0)            # (T, ..., d_h): the scan runs over axis 0
+
+    def step(h, xw):
+        h = jnp.tanh(h @ W_hh.T + xw)
+        return h, h
+    _, H = jax.lax.scan(step, jnp.zeros(XW.shape[1:], X.dtype), XW)
+    return jnp.moveaxis(H, 0, -2)
 
 
 def compare_target(batch, direction, T, d):

@@ -369,9 +369,10 @@ PATH = GradientPath(jobs=decay_jobs, measure=gradient_path, summary=path_summary
 
 # ------------------------------------------------------------------ peers
 
-def peers(X, W, dY, torch=None):
-    """A NumPy layer (``reference.transformer_forward`` / ``transformer_backward``) and, with
-    PyTorch, ``torch.nn.TransformerEncoderLayer`` (dropout 0, batch first) with autograd."""
+def peers(X, W, dY, torch=None, jax=None):
+    """A NumPy layer (``reference.transformer_forward`` / ``transformer_backward``); with
+    PyTorch, ``torch.nn.TransformerEncoderLayer`` (dropout 0, batch first) with autograd; with
+    JAX, the NumPy layer in ``jax.numpy`` (``jax_forward``), jitted, and its VJP."""
     h = default_heads(X.shape[-1])
     fwd = (lambda: reference.transformer_forward(X, W, h, NORM_EPS))
     impls = {"numpy": common_peers.slots(
@@ -379,7 +380,30 @@ def peers(X, W, dY, torch=None):
     if torch is not None:
         m = torch_layer(W, torch, X.dtype)
         impls["torch"] = common_peers.autograd(m, X, dY, X.shape, torch)
+    if jax is not None:
+        impls["jax"] = common_peers.jitted(lambda x, *w: jax_forward(jax, x, w), X, W, dY, jax)
     return impls
+
+
+def jax_forward(jax, X, W):
+    """``reference.transformer_forward`` in JAX: the post-norm encoder layer, ReLU, every head
+    at once, ``default_heads`` heads, layer norms with ``NORM_EPS``. X (..., T, d) -> Y like X."""
+    jnp = jax.numpy
+    W_in, b_in, W_o, b_o, g1, be1, W1, b1, W2, b2, g2, be2 = W
+    *lead, T, d = X.shape
+    h = default_heads(d)
+    d_k = d // h
+
+    def norm(a, gamma, beta):
+        mu = a.mean(axis=-1, keepdims=True)
+        return (a - mu) / jnp.sqrt(((a - mu) ** 2).mean(axis=-1, keepdims=True) + NORM_EPS) * gamma + beta
+
+    P = (X @ W_in.T + b_in).reshape(*lead, T, 3, h, d_k)
+    Q, K, V = (jnp.moveaxis(P[..., i, :, :], -2, -3) for i in range(3))    # (..., h, T, d_k)
+    A = jax.nn.softmax((Q @ jnp.swapaxes(K, -1, -2)) * (1.0 / math.sqrt(d_k)), axis=-1)
+    O = jnp.moveaxis(A @ V, -3, -2).reshape(*lead, T, d)                    # (..., T, d)
+    x1 = norm(X + O @ W_o.T + b_o, g1, be1)
+    return norm(x1 + jnp.maximum(x1 @ W1.T + b1, 0) @ W2.T + b2, g2, be2)
 
 
 def torch_layer(W, torch, dtype):
