@@ -43,6 +43,31 @@ class Threads(common.Benchmark):
     track_numba_threads.unit = "threads"
 
 
+_LIBRARIES = common.libraries_line()        # at import, BLAS's threads set: as every benchmark sees
+
+
+@common.suite("default")
+class Libraries(common.Benchmark):
+    """The BLAS libraries every other result in this run was computed with: threadpoolctl's
+    internal_api, version, architecture and threads of each (NumPy's and SciPy's OpenBLAS).
+
+    The line is the param, so it lands in the results JSON beside the numbers (asv keeps a
+    benchmark's params with its results, and machine.json has no word of the BLAS); the
+    track_ value, how many BLAS libraries are loaded, makes it a graph over commits.
+    """
+    params = [[_LIBRARIES]]
+    param_names = ["libraries"]
+    rounds = 1                       # a record, not a timing: nothing to interleave
+
+    def setup(self, libraries):
+        from threadpoolctl import threadpool_info
+        self.blas = sum(p.get("user_api") == "blas" for p in threadpool_info())
+
+    def track_blas_libraries(self, libraries):
+        return self.blas
+    track_blas_libraries.unit = "libraries"
+
+
 # Run in a fresh interpreter with an empty NUMBA_CACHE_DIR, so Numba's on-disk cache
 # cannot hide the compile. Times import + first call, against a second call.
 _FIRST_CALL = r"""

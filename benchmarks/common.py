@@ -114,6 +114,18 @@ def apply_blas_threads():
 apply_blas_threads()    # at import; Numba's count in setup, in the process asv forks
 
 
+def libraries_line():
+    """The numerical libraries this process computes with, in one line: each BLAS loaded, its
+    internal_api, version, architecture and threads (``machine.libraries_line``); at a commit
+    before that function, threadpoolctl's report of each BLAS in the same words."""
+    if hasattr(machine, "libraries"):
+        return machine.libraries_line(machine.libraries())
+    from threadpoolctl import threadpool_info
+    return "; ".join(sorted(f"{p.get('internal_api')} {p.get('version')} {p.get('architecture')}, "
+                            f"{p.get('num_threads')} threads"
+                            for p in threadpool_info() if p.get("user_api") == "blas"))
+
+
 def build_numba_contexts():
     """Build Numba's typing and target contexts now (~0.2 s), as its first compile or cache
     load in a process otherwise does. asv's forkserver (asv.conf.json) imports this module once
