@@ -20,8 +20,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	# PyTorch is an optional reference and peer; without it those tests skip.
+	# PyTorch is an optional reference and peer, JAX an optional peer; without them those tests skip.
 	$(BIN)/python -m pip install --quiet -e '.[torch]' || echo "the torch extra is not installable here: its tests skip locally and fail under HARNESS_REQUIRE_OPTIONAL=1 (as CI sets)"
+	$(BIN)/python -m pip install --quiet -e '.[jax]' || echo "the jax extra is not installable here: its tests skip locally and fail under HARNESS_REQUIRE_OPTIONAL=1 (as CI sets)"
 	touch $@
 
 $(VENV)/.installed-docs: pyproject.toml $(VENV)/.installed
