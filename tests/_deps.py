@@ -2,7 +2,7 @@
 
 With HARNESS_REQUIRE_OPTIONAL=1 in the environment (``.ci/run`` sets it) a
 missing dependency fails the test instead of skipping it, so CI cannot go
-green without running the tests that need Chromium or PyTorch. Both helpers
+green without running the tests that need Chromium, PyTorch or JAX. Both helpers
 work inside a test and at module level; at module level a failure is a
 collection error, which makes pytest exit non-zero.
 """
