@@ -12,7 +12,9 @@ the rows split in three blocks of d_h (r, z, n):
 The input products W_ih x_t for every t are one matrix product before the loop, and
 each step is one BLAS product with W_hh into a preallocated buffer, then two vectorised
 tanh passes (``vmath``), one for r and z (sigma(a) = 1/2 + tanh(a/2)/2) and one for n,
-which needs r first. Nothing is allocated per step.
+which needs r first. Nothing is allocated per step. The tanh runs in the data's own
+precision (``vmath.tanh_fast_inplace``, as the LSTM's): float32 in float32 arithmetic,
+within 2 ulp and four times as fast as the correctly rounded float64 evaluation.
 
 The forward leaves r, z, n and W_hn h_{t-1} + b_hn (what dr needs) in per-thread
 scratch buffers, with copies of what they follow from (X, the weights, the biases, h0
@@ -40,7 +42,7 @@ from harness.kernels import steps
 from harness.kernels.steps import (add_to, carry_back, carry_buffers, column_buffers,
                                    first_bad_column, input_products, matvec, nonfinite, row_buffers,
                                    sigmoid, to_rows)
-from harness.kernels.vmath import tanh_inplace
+from harness.kernels.vmath import tanh_fast_inplace
 
 GATES = ("r", "z", "n")    # the order of the three row blocks of W_ih, W_hh, b_ih, b_hh
 
@@ -57,14 +59,14 @@ def _gates(g, a, hn, b_ih, b_hh, d_h, scratch):
         g[j] = (g[j] + b_ih[j] + a[j] + b_hh[j]) * 0.5
     rz = g[:2 * d_h]
     overflow = nonfinite(rz)
-    tanh_inplace(rz, scratch)
+    tanh_fast_inplace(rz, scratch)
     for j in range(2 * d_h):
         rz[j] = 0.5 + 0.5 * rz[j]
     for k in range(d_h):
         hn[k] = a[2 * d_h + k] + b_hh[2 * d_h + k]
         g[2 * d_h + k] += b_ih[2 * d_h + k] + g[k] * hn[k]
     overflow |= nonfinite(g[2 * d_h:])          # r * inf or inf - inf
-    tanh_inplace(g[2 * d_h:], scratch)
+    tanh_fast_inplace(g[2 * d_h:], scratch)
     return overflow
 
 
@@ -141,7 +143,7 @@ def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, cols, H, G, N):
                 a[j, r] = (a[j, r] + G[r, t, j] + bj) * 0.5
         if bad_t < 0 and nonfinite(rz):
             bad_t, bad_r = t, first_bad_column(a, 0, 2 * d_h)
-        tanh_inplace(rz, scratch)
+        tanh_fast_inplace(rz, scratch)
         for m in range(2 * d_h * B):
             rz[m] = 0.5 + 0.5 * rz[m]
         for k in range(d_h):
@@ -153,7 +155,7 @@ def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, cols, H, G, N):
                 a[2 * d_h + k, r] = G[r, t, 2 * d_h + k] + bi + a[k, r] * u
         if bad_t < 0 and nonfinite(nn):
             bad_t, bad_r = t, first_bad_column(a, 2 * d_h, n)
-        tanh_inplace(nn, scratch)
+        tanh_fast_inplace(nn, scratch)
         for k in range(d_h):
             for r in range(B):
                 z = a[d_h + k, r]
