@@ -166,8 +166,8 @@ class Compared:
     """A compiled forward and backward that ``harness compare`` times against its peers.
 
     ``forward(X, *weights) -> output`` and ``backward(X, weights, output, d_primary)`` as
-    ``Kernels``; ``peers(X, weights, d_primary, torch or None) -> {impl: (forward, backward,
-    outputs, forward+backward)}`` (``outputs() -> (primary output, dX)``, so that a test can
+    ``Kernels``; ``peers(X, weights, d_primary, torch or None, jax=None) -> {impl: (forward,
+    backward, outputs, forward+backward)}`` (``outputs() -> (primary output, dX)``, so that a test can
     check every peer computes what the kernel does; ``gemm``: the kernel's own BLAS calls
     alone); ``target(batch, direction, T, d) -> (speed-up needed, GEMM floor or None,
     words)``; ``directions`` it is timed in; ``cases``, ``quick_cases`` and ``long_cases``:
