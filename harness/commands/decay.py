@@ -212,6 +212,8 @@ def run_torch(args):
                               f"which this run leaves out")
         cols = ["input_scale", "T", "d", "distance", "norm_measure", "seeds", "log10_median",
                 "log10_median_lo", "log10_median_hi", "log10_min", "log10_max"]
+        if (seeds.norm_measure == "sketch").any():
+            cols.append("log10_hi_max")           # the sketch's upper bound: no seed above it
         with pd.option_context("display.width", 200, "display.max_rows", 500):
             print(decay.table(seeds)[cols].to_string(index=False,
                                                      float_format=lambda v: f"{v:.4g}"))
