@@ -720,11 +720,13 @@ def test_transpose_broadcast_reshape_kept_and_reduce_axes_give_the_dense_arrays_
     np.testing.assert_array_equal(r.dist, y.dist.reshape(1, 2, 1, 3, 5))
     for axes, keep in (([0], True), ([1], False), ([0, 2], False), ([0, 1, 2], True)):
         s = y.reduce_axes("sum", axes, keepdims=keep)
-        np.testing.assert_array_equal(s.dist, y.dist.min(axis=tuple(axes), keepdims=keep) + len(axes))
-        # each axis a tree of ceil(log2 n_axis) levels, one after the other
-        levels = sum(trace.clog2(y.shape[a]) for a in axes)
-        np.testing.assert_array_equal(s.sdepth, y.sdepth.max(axis=tuple(axes), keepdims=keep) + levels)
-        assert [op.inner for op in g.ops[-len(axes):]] == [y.shape[a] for a in sorted(axes)[::-1]]
+        # one op over the n elements of the axes: a tree of ceil(log2 n) levels
+        n = int(np.prod([y.shape[a] for a in axes]))
+        np.testing.assert_array_equal(s.dist, y.dist.min(axis=tuple(axes), keepdims=keep) + 1)
+        np.testing.assert_array_equal(s.sdepth, y.sdepth.max(axis=tuple(axes), keepdims=keep)
+                                      + trace.clog2(n))
+        assert g.ops[-1].inner == n and g.ops[-1].kind == "sum"
+        assert s.shape == np.sum(np.zeros(y.shape), axis=tuple(axes), keepdims=keep).shape
 
 
 def test_reshape_kept_keeps_a_large_grids_terms_and_its_values(monkeypatch):

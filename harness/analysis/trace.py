@@ -312,15 +312,17 @@ class Traced:
         return self._view(d1, s1, ("?",) * len(shape), leaf=self.leaf)
 
     def reduce_axes(self, kind, axes, keepdims=False):
-        """``kind`` ("sum" or "max") over each axis of ``axes`` in turn, last first: the axis
-        moved to the end by a free view and reduced there, as ``.sum``/``.max`` over the last
-        axis; keepdims puts a one-wide axis back in its place."""
-        x = self
-        for a in sorted({a % self.ndim for a in axes}, reverse=True):
-            perm = [i for i in range(x.ndim) if i != a] + [a]
-            x = x.transpose(perm)._reduce(kind, -1, keepdims)
-            if keepdims:
-                x = x.transpose([*range(a), x.ndim - 1, *range(a, x.ndim - 1)])
+        """``kind`` ("sum" or "max") over the axes ``axes`` as one operation (n = the product of
+        their lengths, a tree of ceil(log2 n) levels), as ``.sum``/``.max`` over the last axis:
+        the axes moved to the end and merged by free views; keepdims leaves them one wide."""
+        axes = sorted({a % max(self.ndim, 1) for a in axes})
+        rest = [i for i in range(self.ndim) if i not in axes]
+        x = self.transpose(rest + axes)
+        if len(axes) > 1:
+            x = x.reshape(x.shape[:len(rest)] + (-1,))
+        x = x._reduce(kind, -1, False)
+        if keepdims:
+            x = x.reshape_kept(tuple(1 if i in axes else n for i, n in enumerate(self.shape)))
         return x
 
     # --- operators ------------------------------------------------------------------

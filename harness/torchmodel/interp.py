@@ -167,9 +167,11 @@ def _amax(n, x, dims=(), keepdim=False):
     return _reduce("max", x, dims, keepdim)
 
 
-def _max_dim(n, x, dim, keepdim=False):
+def _max_dim(n, x, dim=None, keepdim=False):
+    if isinstance(dim, Traced) or hasattr(dim, "shape"):
+        return _ew("maximum", x, dim)                 # max.other: elementwise
     v = _reduce("max", x, dim, keepdim)
-    return (v, v)                                    # the indices wait for the same compares
+    return v if dim is None else (v, v)               # the indices wait for the same compares
 
 
 def _var(n, x, dims=None, correction=None, keepdim=False, unbiased=None):
