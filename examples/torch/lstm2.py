@@ -13,6 +13,3 @@ from torch import nn
 def factory(d):
     """nn.LSTM of two layers, d wide throughout: (1, T, d) -> (output (1, T, d), (h_n, c_n))."""
     return nn.LSTM(d, d, num_layers=2, batch_first=True)
-
-
-make = factory      # the name docs/guide/your-model-gradient.md calls it by
