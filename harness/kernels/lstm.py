@@ -138,8 +138,8 @@ def _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, cols, H, C, G):
     # float32, OpenBLAS runs (4 d_h, d_h) @ (d_h, B) about 1.5 times as fast as
     # (B, d_h) @ (d_h, 4 d_h) (B = 32, d_h = 256, one thread); for float64 the rows form is
     # the faster. h stays (B, d_h) rows (h.T is the F-contiguous operand), and a's columns are
-    # added to the gates' rows G[r, t] in blocks (``steps.add_columns``), so that everything
-    # after the product runs on contiguous rows, as in _forward_batch
+    # added to the gates' rows G[r, t] 8 sequences at a time (``steps.add_columns``), so that
+    # everything after the product runs on contiguous rows, as in _forward_batch
     B, T, d_h = H.shape
     input_products(X, W_ih, G)
     tc = np.empty(d_h, dtype=G.dtype)
