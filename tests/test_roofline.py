@@ -75,6 +75,8 @@ def test_the_recurrences_forward_bytes_are_an_lru_caches_traffic(family, gates, 
     assert brute["W_hh"] == (w_hh if fits else T * w_hh)
     if fits:
         assert sum(brute.values()) * s == model["bytes"]
+    else:                    # the level is the one W_hh, read again each step, lives in
+        assert model["working_set"] == w_hh * s
 
 
 def _nbytes(x):
@@ -118,6 +120,7 @@ def test_tiled_attention_reads_keys_and_values_again_per_query_tile_when_they_do
     fits = R.kernel_bytes("attention", "tiled", "forward", 1, T, d, s, resident=kv)
     spills = R.kernel_bytes("attention", "tiled", "forward", 1, T, d, s, resident=kv - 1)
     assert fits["reread"] == 0 and spills["reread"] == 2 * kv
+    assert spills["working_set"] == kv and fits["working_set"] == fits["io"]
     assert spills["io"] == fits["io"]
 
 
@@ -372,3 +375,15 @@ def test_the_docs_ceiling_and_crossover_tables_are_their_csvs():
     bw = {lv: g.value.max() * 1e9 for lv, g in c[c.level != "compute"].groupby("level")}
     recomputed = [min(peak[r.dtype], r.intensity * bw[r.level]) for r in k.itertuples()]
     assert np.allclose(k.bound, recomputed, rtol=1e-12)
+
+
+def test_rows_placed_again_keep_their_timings_and_follow_the_ceilings():
+    c = _ceilings()
+    k = pd.DataFrame([R.place("rnn", "default", "forward", 1, 1000, 64, "float64", 2e-3,
+                              1.8e-3, 2.2e-3, c, c.attrs["caches"])]).assign(rounds=7, threads=1)
+    slower = _ceilings(peak=10.0)
+    slower.attrs["caches"] = c.attrs["caches"]
+    again = R.replace_on(k, slower)
+    assert list(again.columns) == list(k.columns) and again.seconds[0] == 2e-3
+    assert again.bound[0] == pytest.approx(k.bound[0] / 2) and again.fraction[0] == \
+        pytest.approx(2 * k.fraction[0])

@@ -262,7 +262,9 @@ def bound(intensity, peak, bandwidth):
 # (``resident``: the per-core L2, the largest private level). Intermediates a kernel could
 # keep in registers or L1 (a step's pre-activation, a score tile) are not counted. Each model
 # returns {"io": bytes read or written once, "reread": bytes of weights read again per step,
-# "working_set": bytes of distinct data touched}; bytes = io + reread.
+# "working_set": the bytes whose level sets the bandwidth: what is read again where there is
+# a re-read (it is most of the traffic: the RNN's W_hh T times against X and H once), else
+# every byte touched}; bytes = io + reread.
 # s is the itemsize; the LRU's states are complex (2 s each).
 
 def _parts(io, reread, working_set):
@@ -281,7 +283,7 @@ def rnn_bytes(direction, B, T, d, s, resident):
         io = 2 * B * T * d * s + w
     else:
         io = 4 * B * T * d * s + 2 * w
-    return _parts(io, again, io)
+    return _parts(io, again, d * d * s if again else io)
 
 
 def _gated_bytes(gates, states):
@@ -292,7 +294,7 @@ def _gated_bytes(gates, states):
             io = (1 + states) * B * T * d * s + w
         else:
             io = (1 + 2 * states + 1) * B * T * d * s + 2 * w
-        return _parts(io, again, io)
+        return _parts(io, again, gates * d * d * s if again else io)
     model.__doc__ = (f"{gates} gates of W_ih, W_hh ({gates} d, d), {states} state(s) of (B, T, d) "
                      f"kept for the backward. Forward: X read, the states written, the weights "
                      f"once; W_hh again at each later step when its {gates} d^2 s bytes exceed "
@@ -347,7 +349,7 @@ def tiled_attention_bytes(direction, B, T, d, s, resident):
         io = 2 * B * T * d * s + w + lse
     else:
         io = 4 * B * T * d * s + 2 * w + lse
-    return _parts(io, again, io)
+    return _parts(io, again, kv if again else io)
 
 
 def transformer_bytes(direction, B, T, d, s, resident):
@@ -472,6 +474,21 @@ def place(family, kernel, direction, batch, T, d, dtype, seconds, lo, hi, ceilin
                 achieved=achieved, achieved_lo=flops / hi, achieved_hi=flops / lo,
                 fraction=achieved / roof, fraction_lo=flops / hi / roof,
                 fraction_hi=flops / lo / roof)
+
+
+def replace_on(kernels, ceilings):
+    """``kernels`` (a roofline.csv frame) placed again on ``ceilings`` from their own timings
+    (``seconds``, ``seconds_lo``, ``seconds_hi``): a bytes model or a ceiling changed, the
+    kernels were not timed again."""
+    caches = ceilings.attrs.get("caches") or usable_caches(cache_sizes()[0])
+    cols = ["family", "kernel", "direction", "batch", "T", "d", "dtype", "seconds",
+            "seconds_lo", "seconds_hi"]
+    rows = [place(*(getattr(r, c) for c in cols), ceilings, caches)
+            for r in kernels.itertuples(index=False)]
+    out = pd.DataFrame(rows)
+    for c in ("rounds", "threads"):
+        out[c] = kernels[c].to_numpy()
+    return out
 
 
 def measure_kernels(ceilings, config=DEFAULT, progress=None):
