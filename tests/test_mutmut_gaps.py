@@ -4,10 +4,14 @@ mutant changes, on the public function, worked out by hand."""
 
 from __future__ import annotations
 
+import re
 import runpy
 
+import numpy as np
+import pytest
+
 from harness.analysis import depth
-from harness.infra.files import UserCodeError
+from harness.infra.files import UsageError, UserCodeError, check_name
 
 
 def _raised_by_their_code(tmp_path, source):
@@ -50,3 +54,52 @@ def test_an_exception_of_theirs_raised_from_another_is_the_one_named(tmp_path):
                         f"theirs_gap.py:f; your code's frames below)")
     assert f'File "{path}", line 5, in f' in err.frames
     assert "line 3" not in err.frames
+
+
+def test_check_name_refuses_del_and_the_c1_controls_and_nothing_around_them():
+    """U+007F (DEL) to U+009F are refused as the C0 controls are; '~' (U+007E) and U+00A0
+    pass (x_check_name__mutmut_20: DEL itself let through)."""
+    for c in ("\x7f", "\x80", "\x9f"):
+        with pytest.raises(UsageError, match=re.escape(f"holds the control character {c!r}; ")):
+            check_name(f"a{c}b", "--out")
+    assert check_name("a~b\xa0c") == "a~b\xa0c"
+
+
+def _axes_with(*ys, x=(10.0, 100.0, 1000.0)):
+    import matplotlib.pyplot as plt
+
+    from harness.report import figures  # noqa: F401 - its backend, before pyplot draws
+    fig, ax = plt.subplots()
+    for i, y in enumerate(ys):
+        ax.plot(x, y, marker="o", label=f"line{i}")
+    return fig, ax
+
+
+def test_lines_with_a_gap_at_the_same_point_coincide():
+    """Two lines that agree everywhere they are drawn, a missing (NaN) point at the same T
+    included, hide one another: one group (x_coincident__mutmut_40: NaN never equal)."""
+    import matplotlib.pyplot as plt
+
+    from harness.report import figures
+    nan = float("nan")
+    fig, ax = _axes_with([1.0, nan, 3.0], [1.0, nan, 3.0], [1.0, 2.0, 3.0])
+    a, b, c = ax.get_lines()
+    assert figures.coincident(ax) == [[a, b]]
+    plt.close(fig)
+
+
+def test_the_note_of_coinciding_lines_sits_in_the_panels_lower_right_corner():
+    """The note is placed at (0.99, 0.01) of the panel whatever its data range, not at the
+    data point (0.99, 0.01), here outside the axes (x_reveal__mutmut_26)."""
+    import matplotlib.pyplot as plt
+
+    from harness.report import figures
+    fig, ax = _axes_with([10.0, 20.0, 30.0], [10.0, 20.0, 30.0])
+    assert figures.reveal(fig) == [["line0", "line1"]]
+    (note,) = [t for t in ax.texts if t.get_text().startswith("lines that coincide")]
+    fig.canvas.draw()
+    at = note.get_transform().transform(note.get_position())
+    assert np.allclose(at, ax.transAxes.transform((0.99, 0.01)))
+    box = ax.get_window_extent()
+    assert box.x0 < at[0] < box.x1 and box.y0 < at[1] < box.y1
+    plt.close(fig)
