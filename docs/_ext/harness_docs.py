@@ -296,10 +296,68 @@ def speed(root, family):
     return (provenance(root, "docs/compare_summary.csv") + "\n\n" + "\n".join(lines))
 
 
+# ----------------------------------------------------------------------------- the roofline
+
+def _interval(v, lo, hi, fmt):
+    return f"{v:{fmt}}" + ("" if lo != lo else f" [{lo:{fmt}}, {hi:{fmt}}]")
+
+
+def _size(n):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,} B"
+
+
+def roofline_ceilings(root):
+    """The machine's ceilings (docs/ceilings.csv): each with its working set, its median and
+    95 % interval, and the BLAS that ran."""
+    d = _pd().read_csv(root / "docs" / "ceilings.csv", keep_default_na=False)
+    lines = ["| ceiling | dtype | level | working set | value [95 % interval] | BLAS |",
+             "|---|---|---|---|---|---|"]
+    for r in d.itertuples():
+        lines.append(f"| {r.ceiling} | {r.dtype} | {r.level} | {_size(int(r.working_set_bytes))} | "
+                     f"{_interval(r.value, r.lo, r.hi, '.1f')} {r.unit} | {r.blas or '—'} |")
+    return provenance(root, "docs/ceilings.csv") + "\n\n" + "\n".join(lines)
+
+
+def roofline_kernels(root):
+    """Every kernel on the roofline (docs/roofline.csv): intensity, the bound and what binds,
+    the achieved GFLOP/s with its interval, and the fraction of the bound."""
+    d = _pd().read_csv(root / "docs" / "roofline.csv")
+    lines = ["| family | kernel | direction | batch | T | d | dtype | intensity (flop/B) | "
+             "bound (GFLOP/s) | bound by | achieved (GFLOP/s) [95 %] | fraction |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in d.itertuples():
+        lines.append(f"| {r.family} | {r.kernel} | {r.direction} | {r.batch} | {r.T:,} | {r.d} | "
+                     f"{r.dtype} | {r.intensity:.2f} | {r.bound / 1e9:.1f} | {r.bound_kind} | "
+                     f"{_interval(r.achieved / 1e9, r.achieved_lo / 1e9, r.achieved_hi / 1e9, '.2f')} | "
+                     f"{r.fraction:.0%} |")
+    return provenance(root, "docs/roofline.csv") + "\n\n" + "\n".join(lines)
+
+
+def roofline_crossover(root):
+    """The RNN/attention crossover per d (docs/roofline_crossover.csv): counted, both kernels
+    at their bounds, predicted from their achieved rates, and measured with its interval;
+    the RNN's step beside its bound and one read of W_hh."""
+    d = _pd().read_csv(root / "docs" / "roofline_crossover.csv")
+    lines = ["| d | counted T | both at their bounds | predicted from the achieved rates | "
+             "measured [95 %] | RNN step | step at its bound | one read of W_hh (level) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in d.itertuples():
+        lines.append(f"| {r.d} | {r.counted_T:,.0f} | {r.bound_T:,.0f} | {r.predicted_T:,.0f} | "
+                     f"{_interval(r.measured_T, r.measured_T_lo, r.measured_T_hi, ',.0f')} | "
+                     f"{r.rnn_step_s * 1e6:.2f} µs | {r.rnn_step_bound_s * 1e6:.2f} µs | "
+                     f"{r.rnn_step_read_s * 1e6:.2f} µs ({r.w_hh_level}) |")
+    return provenance(root, "docs/roofline_crossover.csv") + "\n\n" + "\n".join(lines)
+
+
 TABLES = {"claims": claims, "trace_cost": trace_cost, "neighbour": neighbour,
           "linear_speed": linear_speed, "gate_rates": gate_rates, "gate_counts": gate_counts,
           "gate_cpu_cost": gate_cpu_cost,
           "mutation": mutation, "semantic_mutations": semantic_mutations, "timings": timings,
+          "roofline_ceilings": roofline_ceilings, "roofline_kernels": roofline_kernels,
+          "roofline_crossover": roofline_crossover,
           **{f"speed_{f}": (lambda root, f=f: speed(root, f)) for f in FAMILIES}}
 
 
