@@ -47,7 +47,7 @@ class RooflineConfig:
     min_sample_s: float = 0.02          # each sample lasts at least this (>= 1 ms, ERT's rule)
     gemm_n: int = 2048                  # the square GEMM of the BLAS peak: n x n times n x n
     memory_multiple: int = 8            # memory's working set: this many times L3
-    cases: str = "default"              # "default": every Compared case; "quick": each kernel's smallest
+    cases: str = "default"              # "default": every Compared case; "quick": the smallest
     families: tuple = models.NAMES      # the families placed on the roofline
     crossover_ds: tuple = (64, 256)     # widths of the crossover prediction and measurement
     crossover_T: tuple = (16, 32, 64, 128, 256, 512, 1024, 2048)   # the measured crossover's T
@@ -79,7 +79,8 @@ def _size_bytes(text):
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)(?:i?B)?\s*", text, flags=re.I)
     if not m:
         return None
-    return int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()])
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
+    return int(float(m.group(1)) * scale)
 
 
 def cache_sizes(root=SYSFS_CACHE, lscpu=None):
@@ -106,7 +107,8 @@ def cache_sizes(root=SYSFS_CACHE, lscpu=None):
         except (OSError, subprocess.SubprocessError):
             lscpu = ""
     for line in lscpu.splitlines():
-        m = re.match(r"\s*(L1d|L2|L3) cache:\s*([\d.]+\s*[KMG]i?B?)\s*(?:\((\d+) instances?\))?", line)
+        m = re.match(r"\s*(L1d|L2|L3) cache:\s*([\d.]+\s*[KMG]i?B?)\s*"
+                     r"(?:\((\d+) instances?\))?", line)
         if m:
             size = _size_bytes(m.group(2))
             if size:
@@ -236,7 +238,7 @@ def measure_ceilings(config=DEFAULT, caches=None):
 
 
 def peaks(ceilings):
-    """{dtype: GFLOP/s}: the highest compute ceiling of each dtype (the GEMMs' or the FMA loop's)."""
+    """{dtype: GFLOP/s}: the highest compute ceiling of each dtype (a GEMM's or the FMA loop's)."""
     c = ceilings[ceilings.level == COMPUTE]
     return c.groupby("dtype")["value"].max().to_dict()
 
@@ -643,6 +645,7 @@ def check_config(config):
     for name in config.families:
         models.get(name, "families")
     if not config.crossover_ds or any(not isinstance(d, int) or d < 1 for d in config.crossover_ds):
-        raise ValueError(f"crossover_ds must be positive widths, got {list(config.crossover_ds)!r}.")
+        raise ValueError(f"crossover_ds must be positive widths, "
+                         f"got {list(config.crossover_ds)!r}.")
     return config
 

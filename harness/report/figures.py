@@ -451,9 +451,8 @@ def figure_roofline(f):
         top = float(peaks["value"].max()) if len(peaks) else np.nan
         # the faster GEMM and the FMA loop: the two GEMMs draw the same line, to a few per cent
         gemm = peaks[peaks.ceiling.str.startswith("gemm")]
-        shown = [r for r in (gemm.loc[gemm.value.idxmax()] if len(gemm) else None,
-                             *[r for _, r in peaks[~peaks.ceiling.str.startswith("gemm")].iterrows()])
-                 if r is not None]
+        others = [r for _, r in peaks[~peaks.ceiling.str.startswith("gemm")].iterrows()]
+        shown = ([gemm.loc[gemm.value.idxmax()]] if len(gemm) else []) + others
         lines = [ax.axhline(p.value, color="k", lw=0.9, ls=ls,
                             label=f"{p.ceiling}: {p.value:.1f} GFLOP/s")
                  for p, ls in zip(shown, ("--", "-", ":"))]
