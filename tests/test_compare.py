@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pandas as pd
@@ -134,6 +135,59 @@ def test_ratios_are_computed_from_the_samples(monkeypatch):
     assert pd.isna(s.loc[("attention", "backward")].harness_over_gemm)
 
 
+def _fake_run(monkeypatch, fake, jax=True):
+    """run_comparison on two cases whose implementations' samples are ``fake``; without
+    ``jax``, as where JAX is not installed."""
+    def time_interleaved(fns, rounds, min_sample_s, seed=0):
+        return {k: np.array(fake[k]) for k in fns}, {k: 7 for k in fns}
+
+    monkeypatch.setattr(timing, "time_interleaved", time_interleaved)
+    if not jax:
+        monkeypatch.setattr(compare, "_jax", lambda threads=1: None)
+        monkeypatch.setattr(compare, "jax_threads", lambda: None)
+    cfg = dataclasses.replace(config.QUICK_COMPARE, dtypes=("float64",),
+                              cases=(("rnn", 1, 16, 8), ("attention", 1, 2048, 256)))
+    monkeypatch.setattr(compare, "implementations", lambda case, seed=0: {
+        k: (lambda: None, (lambda: None), None) for k in fake})
+    return compare.run_comparison(cfg)
+
+
+def test_jax_is_a_peer_like_the_others_and_can_be_the_fastest(monkeypatch):
+    fake = {"harness": [3.0, 1.0, 2.0], "numpy": [8.0, 4.0, 6.0], "torch": [1.0, 9.0, 5.0],
+            "jax": [1.0, 0.5, 4.0]}
+    timings, summary = _fake_run(monkeypatch, fake)
+    s = summary.set_index(["model", "direction"]).loc[("rnn", "forward")]
+    assert s.fastest_peer == "jax" and s.speedup_vs_fastest == 0.5 and s.speedup_vs_jax == 0.5
+    assert s.speedup_vs_torch == 2.5 and s.speedup_vs_numpy == 3.0
+    assert not bool(s.met)                            # 0.5 < the RNN's 1.5
+    t = timings[(timings.model == "rnn") & (timings.direction == "forward")].set_index("impl")
+    assert t.ratio_to_harness["jax"] == 0.5
+
+
+def test_without_jax_its_columns_are_nan(monkeypatch):
+    fake = {"harness": [3.0, 1.0, 2.0], "numpy": [8.0, 4.0, 6.0]}
+    timings, summary = _fake_run(monkeypatch, fake, jax=False)
+    assert summary.speedup_vs_jax.isna().all() and summary.speedup_vs_torch.isna().all()
+    assert summary.jax_threads.isna().all() and timings.jax_threads.isna().all()
+    assert (summary.fastest_peer == "numpy").all()
+    assert "speedup_vs_jax" in compare.format_summary(summary)
+
+
+def test_every_row_names_the_libraries_it_ran_on(monkeypatch):
+    """The BLAS libraries loaded (NumPy's and SciPy's OpenBLAS), as threadpoolctl reports
+    them, each at the run's thread count, in every row of both frames."""
+    from threadpoolctl import threadpool_info
+    fake = {"harness": [3.0, 1.0, 2.0], "numpy": [8.0, 4.0, 6.0]}
+    timings, summary = _fake_run(monkeypatch, fake, jax=False)
+    line = summary.libraries.iloc[0]
+    assert (summary.libraries == line).all() and (timings.libraries == line).all()
+    blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+    assert blas
+    for p in blas:
+        assert f"{p['internal_api']} {p['version']} {p['architecture']}, 1 thread" in line
+    assert line.count("openblas") >= 2                # NumPy's and SciPy's
+
+
 def test_cli_quick_writes_csvs(tmp_path, capsys):
     assert cli.main(["compare", "--quick", "--repeats", "1", "--out", str(tmp_path)]) == 0
     s = pd.read_csv(tmp_path / "compare_summary.csv")
@@ -142,6 +196,11 @@ def test_cli_quick_writes_csvs(tmp_path, capsys):
     assert set(s.kernel) == {k.name for f in models.families() for k in f.compared if k.quick_cases}
     assert set(s[s.model == "linear_attention"].kernel) == {"default", "parallel", "recurrent"}
     assert "speedup_vs_fastest" in capsys.readouterr().out
+    t = pd.read_csv(tmp_path / "compare.csv")
+    assert "speedup_vs_jax" in s.columns
+    for frame in (s, t):                              # the columns docs/data.md lists
+        assert {"jax_threads", "libraries"} <= set(frame.columns)
+        assert frame.libraries.str.contains("openblas").all()
 
 
 @pytest.mark.parametrize("argv, word", [(["--threads", "0"], "--threads"),
@@ -196,3 +255,56 @@ def test_tiled_peers_name_a_batched_x():
     W = [np.eye(3)] * 3
     with pytest.raises(ValueError, match=r"X must be \(T, d\) for the tiled kernel's peers, got shape \(2, 5, 3\)"):
         matt.tiled_peers(X, W, np.ones((2, 5, 3)))
+
+
+def test_the_jax_import_holds_a_signal_until_it_ends(monkeypatch):
+    """As torch's (tests/test_interrupt.py): a signal inside jax's import is recorded, not
+    raised there, and comes when the import has ended."""
+    import importlib.abc
+    import importlib.util
+    import signal
+    import sys
+    from harness.infra import signals
+    inside = []
+
+    class Loader(importlib.abc.Loader):
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            signals._handler(signal.SIGTERM, None)           # must not raise here
+            inside.append(signals.received())
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            return importlib.util.spec_from_loader(name, Loader()) if name == "jax" else None
+
+    monkeypatch.setattr(compare, "_JAX", {})                 # not yet imported in this process
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")              # restored after: _jax sets both
+    monkeypatch.setenv("XLA_FLAGS", "")
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    try:
+        with signals.installed():
+            with pytest.raises(KeyboardInterrupt):
+                compare._jax()
+    finally:
+        sys.modules.pop("jax", None)                         # the stand-in; monkeypatch restores jax
+    assert inside == [signal.SIGTERM]
+    assert os.environ["XLA_FLAGS"] == compare.XLA_FLAGS
+
+
+def test_a_missing_jax_is_none_and_its_threads_unknown(monkeypatch):
+    import sys
+
+    class Finder:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "jax":
+                raise ImportError("No module named 'jax'")
+    monkeypatch.setattr(compare, "_JAX", {})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    assert compare._jax() is None and compare.jax_threads() is None
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=true"   # the user's, kept
