@@ -82,8 +82,8 @@ def _torch():
 
 # XLA's CPU client sizes its thread pool, once, by the CPUs the thread that starts it may run
 # on; its flags do not: with --xla_cpu_multi_thread_eigen=false alone, jax 0.10.2 still ran
-# one 2000 x 2000 matmul on four busy threads (two Eigen, two YNNPACK), with the start pinned
-# to one CPU on one. ``_JAX``: the imported module (None: not installed) and XLA's threads.
+# one 2000 x 2000 matmul on four busy threads (two Eigen, two YNNPACK); started from a thread
+# pinned to one CPU, on one. ``_JAX``: the imported module (None: not installed), XLA's threads.
 _JAX = {}
 XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 
