@@ -103,3 +103,59 @@ def test_the_note_of_coinciding_lines_sits_in_the_panels_lower_right_corner():
     box = ax.get_window_extent()
     assert box.x0 < at[0] < box.x1 and box.y0 < at[1] < box.y1
     plt.close(fig)
+
+
+def test_an_output_sets_discard_never_raises_when_its_stage_is_gone(tmp_path):
+    """``discard`` runs in a ``finally``: a staging folder already gone (removed by hand, or
+    by another run's clean-up) is no error that would hide the one being raised
+    (xǁOutputSetǁdiscard__mutmut_3: rmtree's errors no longer ignored)."""
+    import shutil
+
+    from harness.infra.files import OutputSet
+    files = OutputSet(tmp_path)
+    files.write_text("a.txt", "a")
+    shutil.rmtree(files.stage)
+    files.discard()
+    assert list(tmp_path.iterdir()) == []
+
+
+def _legend_label(handles, line):
+    """``figures._label`` of ``line`` in a figure whose legend shows ``handles``, labelled
+    h0, h1, ..."""
+    import matplotlib.pyplot as plt
+
+    from harness.report import figures
+    fig, ax = plt.subplots()
+    ax.add_line(line)
+    fig.legend(handles, [f"h{i}" for i in range(len(handles))])
+    try:
+        return figures._label(fig, line)
+    finally:
+        plt.close(fig)
+
+
+def test_a_lines_legend_entry_is_the_one_in_its_colour_and_marker():
+    """Two entries share a colour: the one with the line's marker names it
+    (x_label__mutmut_29: markers ignored); an entry drawn without a marker names a line of its
+    colour whatever the line's marker (x_label__mutmut_32, _33: 'None' misspelt); an entry with
+    no colour of its own, a patch, is passed over (x_label__mutmut_9: get_color called on it)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    def line(marker, **kw):
+        return Line2D([0, 1], [0, 1], color="C0", marker=marker, label="own", **kw)
+    assert _legend_label([line("o"), line("s")], line("s")) == "h1"
+    assert _legend_label([line("o"), line("s")], line("^")) == "own"
+    assert _legend_label([line("None")], line("o")) == "h0"
+    assert _legend_label([Patch(color="C0"), line("o")], line("o")) == "h1"
+
+
+def test_the_table_of_contents_is_the_sections_items_and_nothing_between_them():
+    """The contents list is exactly one <li> per section and the machine's, nothing between
+    them (x_render_html__mutmut_21: text joined the items)."""
+    from harness.report import html
+    secs = [html.Section("a", "A", {}, "x"), html.Section("b", "B", {}, "y")]
+    page = html.render_html(secs, {}, "cmd")
+    assert ('<nav class="toc"><strong>Contents</strong><ol><li><a href="#a">A</a></li>'
+            '<li><a href="#b">B</a></li><li><a href="#machine">Machine, versions and '
+            'command</a></li></ol></nav>') in page
