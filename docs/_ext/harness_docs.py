@@ -352,12 +352,49 @@ def roofline_crossover(root):
     return provenance(root, "docs/roofline_crossover.csv") + "\n\n" + "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- --torch's cost
+
+TORCH_MODULES = {"encoder_layer": "`nn.TransformerEncoderLayer({d}, 8, dim_feedforward={ff}, "
+                                  "batch_first=True)`",
+                 "lstm2": "two-layer `nn.LSTM({d}, {d}, batch_first=True)`"}
+TORCH_BOUND_BYTES = 2_000_000_000
+
+
+def _spread(values, unit, scale=1.0):
+    v = sorted(x / scale for x in values)
+    return f"{_pd().Series(v).median():,.1f} {unit} ({v[0]:,.1f}–{v[-1]:,.1f})"
+
+
+def torch_trace_cost(root):
+    """``harness depth --torch`` at T = 4096, one fresh process per run
+    (docs/torch_trace_cost.csv, tools/torch_trace_cost.py): per module the median peak
+    resident memory, wall and CPU time, each with its range over the interleaved runs."""
+    d = _pd().read_csv(root / "docs" / "torch_trace_cost.csv")
+    lines = ["| module | runs | peak RSS, median (min–max) | wall time, median (min–max) | "
+             "CPU time (user + system), median (min–max) |", "|---|---|---|---|---|"]
+    for m, g in d.groupby("module", sort=False):
+        label = TORCH_MODULES[m].format(d=int(g.d.iloc[0]), ff=4 * int(g.d.iloc[0]))
+        lines.append(f"| {label} (`examples/torch/{m}.py`) | {len(g)} | "
+                     f"{_spread(g.peak_rss_bytes, 'MB', 1e6)} | {_spread(g.wall_s, 's')} | "
+                     f"{_spread(g.cpu_s, 's')} |")
+    top = int(d.peak_rss_bytes.max())
+    sizes = set(zip(d["T"], d["d"]))
+    if len(sizes) != 1:
+        raise ValueError(f"docs/torch_trace_cost.csv: expected one (T, d), got {sorted(sizes)}")
+    (T, width), = sizes
+    text = (f"T = {T:,}, d = {width}; MB are 10^6 bytes. The load average at the runs' starts "
+            f"was {d.load.min():.1f} to {d.load.max():.1f}. The largest peak, {top / 1e6:,.0f} MB, "
+            f"is {top / TORCH_BOUND_BYTES:.0%} of the 2 GB bound (2,000,000,000 bytes).")
+    return (provenance(root, "docs/torch_trace_cost.csv") + "\n\n" + "\n".join(lines) + "\n\n"
+            + text)
+
+
 TABLES = {"claims": claims, "trace_cost": trace_cost, "neighbour": neighbour,
           "linear_speed": linear_speed, "gate_rates": gate_rates, "gate_counts": gate_counts,
           "gate_cpu_cost": gate_cpu_cost,
           "mutation": mutation, "semantic_mutations": semantic_mutations, "timings": timings,
           "roofline_ceilings": roofline_ceilings, "roofline_kernels": roofline_kernels,
-          "roofline_crossover": roofline_crossover,
+          "roofline_crossover": roofline_crossover, "torch_trace_cost": torch_trace_cost,
           **{f"speed_{f}": (lambda root, f=f: speed(root, f)) for f in FAMILIES}}
 
 
