@@ -208,6 +208,8 @@ def _stubbed_sections(tmp_path, depth_frame=None, history=None):
         (build.figure1, "box_table"): _Recorder("boxes"),
         (build.figure1, "cost_over_heads"): _Recorder("heads"),
         (build.figure1, "layer_work"): _Recorder("layer_work"),
+        (build.roofline, "run"): _Recorder("roofline", lambda c: tuple(
+            pd.DataFrame({"made_by": [n]}) for n in ("ceilings", "roofline", "roofline_crossover"))),
         **{(build.lesson_checks, name): _Recorder(name) for name in LESSON_CHECKS},
     }
     if history is not None:
@@ -243,6 +245,7 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     assert cross_args[1] == cfg.wall and cross_args[2] == {"gemm_gmacs": 2.0, "noise_floor": 0.01}
     assert calls["exponents"][0][0][1] == cfg.wall.fit_min_T
     assert calls["memory"] == [((cfg.memory,), {})]
+    assert calls["roofline"] == [((build.roofline_config(cfg),), {})]
     assert calls["row_max"] == [((cfg.lessons,), {})] and calls["maps"] == [((cfg.lessons,), {})]
     assert calls["routes"] == [((cfg.lessons.va_scales,), {})]
     by_key = {key: (frames, figs) for key, _, frames, figs in sections}
@@ -263,6 +266,8 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     assert wall["wall_times"].made_by[0] == "wall" and wall["exponents"].made_by[0] == "exponents"
     assert wall["wall_samples"].made_by[0] == "wall samples"
     assert by_key["memory"][0]["peak_memory"].made_by[0] == "memory"
+    assert [f.made_by[0] for f in by_key["roofline"][0].values()] == ["ceilings", "roofline",
+                                                                      "roofline_crossover"]
     linear = by_key["linear"][0]                  # the frames above, shared, and its own two
     assert linear["depth"] is depth_frame and linear["wall_times"] is wall["wall_times"]
     assert linear["peak_memory"] is by_key["memory"][0]["peak_memory"]
@@ -305,6 +310,7 @@ def test_report_sections_are_announced_titled_and_filed_in_order(tmp_path):
                       "depth: tracing the forwards", "Figure 1 and the Transformer layer, traced",
                       "schedule on P processors (T = 7)",
                       "wall times over T, in interleaved rounds",
+                      "roofline: the machine's ceilings, each kernel placed on them",
                       "peak memory over T, a fresh process per variant",
                       "attention experiments of the lessons"]
     toc = [(key, title, list(frames), [(stem, fn.__name__) for stem, fn in figs])
@@ -329,6 +335,8 @@ def test_report_sections_are_announced_titled_and_filed_in_order(tmp_path):
          [("work", "figure_work")]),
         ("wall", "Measured: forward time against T",
          ["wall_times", "wall_samples", "exponents", "rates"], [("wall_times", "figure_wall")]),
+        ("roofline", "The roofline: every kernel against the machine's ceilings",
+         ["ceilings", "roofline", "roofline_crossover"], [("roofline", "figure_roofline")]),
         ("memory", "Measured: peak memory against T", ["peak_memory"],
          [("peak_memory", "figure_memory")]),
         ("linear", "Linear attention: one model, three algorithms",
