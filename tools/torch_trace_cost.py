@@ -19,7 +19,7 @@ Written (``--out``, atomically): one row per run, columns module, T, d, run, pea
 wall_s, cpu_s, load (docs/data.md, "torch_trace_cost.csv"). The summary the docs show (median
 and range per module) is docs/_ext/harness_docs.py's ``torch_trace_cost`` table.
 
-Run (3 rounds: about 10 minutes at load 7 on the 2-core development machine; the child's
+Run (3 rounds: 6.5 minutes at load 7 to 8 on the 2-core development machine; the child's
 environment is this one's, thread settings included):
 
     .venv/bin/python tools/torch_trace_cost.py --out docs/torch_trace_cost.csv
