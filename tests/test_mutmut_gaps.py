@@ -102,6 +102,10 @@ def test_the_note_of_coinciding_lines_sits_in_the_panels_lower_right_corner():
     assert np.allclose(at, ax.transAxes.transform((0.99, 0.01)))
     box = ax.get_window_extent()
     assert box.x0 < at[0] < box.x1 and box.y0 < at[1] < box.y1
+    # right-aligned on that corner, so that the whole note lies inside the panel
+    # (x_reveal__mutmut_35: left-aligned, it ran past the right edge)
+    ext = note.get_window_extent()
+    assert box.x0 <= ext.x0 and ext.x1 <= box.x1 + 1e-6 and np.isclose(ext.x1, at[0])
     plt.close(fig)
 
 
@@ -159,3 +163,43 @@ def test_the_table_of_contents_is_the_sections_items_and_nothing_between_them():
     assert ('<nav class="toc"><strong>Contents</strong><ol><li><a href="#a">A</a></li>'
             '<li><a href="#b">B</a></li><li><a href="#machine">Machine, versions and '
             'command</a></li></ol></nav>') in page
+
+
+def test_the_line_named_is_theirs_not_numpys_below_it(tmp_path):
+    """An error raised inside NumPy from their line names their line (3), the innermost
+    frame outside the standard library, NumPy and SciPy (x_user_error__mutmut_60: the
+    innermost NumPy frame)."""
+    source = ("import numpy as np\n\n"
+              "def f():\n    return np.linalg.inv(np.zeros((2, 2)))\n")
+    e, path = _raised_by_their_code(tmp_path, source)
+    assert str(depth.user_error(e, "s", "tracing s")) == (
+        f"--forward: {path}:4: LinAlgError: Singular matrix (raised while tracing s; your "
+        f"code's frames below)")
+
+
+def test_a_syntax_error_in_their_file_shows_its_line_and_caret(tmp_path):
+    """A SyntaxError of their file: its file and line in the message, and below it the
+    offending line with its caret, the message line left out (x_user_error__mutmut_52: the
+    caret dropped too)."""
+    path = tmp_path / "bad_gap.py"
+    path.write_text("def f(X)\n    return X\n")
+    with pytest.raises(SyntaxError) as info:
+        runpy.run_path(str(path))
+    err = depth.user_error(info.value, "s", f"importing {path}")
+    assert str(err).startswith(f"--forward: {path}:1: SyntaxError: expected ':' (raised while ")
+    tail = err.frames.rstrip("\n").splitlines()[-3:]
+    assert tail[0] == f'  File "{path}", line 1' and tail[1].strip() == "def f(X)"
+    assert set(tail[2].strip()) == {"^"}
+
+
+def test_the_claims_groups_follow_one_another_with_nothing_between_them():
+    """Each group's heading follows the previous group's table on the next line
+    (x_claims_table_html__mutmut_54: text joined the groups)."""
+    import pandas as pd
+
+    from harness.report import html
+    t = pd.DataFrame({"claim": ["s1", "a1"], "verdict": ["holds", "holds"],
+                      "lesson": ["self-attention", "additive attention"]})
+    page = html.claims_table_html(t)
+    assert page.count("\n<h3 ") == 1 and page.startswith("<h3 ")
+    assert "</table>\n<h3 " in page
