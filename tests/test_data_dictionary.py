@@ -59,6 +59,7 @@ def test_the_dictionary_parses():
     ["depth", "--T", "10", "20", "--d", "4", "--schedule-T", "10", "--P", "1", "4",
      "--measure-T", "8", "16", "--scaling-T", "16", "--repeats", "3", "--quiet"],
     ["compare", "--quick", "--repeats", "1", "--quiet"],
+    ["roofline", "--quick", "--family", "rnn", "--quiet"],
 ])
 def test_every_column_a_command_writes_is_documented(tmp_path, argv, capsys):
     assert cli.main([*argv, "--out", str(tmp_path)]) == 0

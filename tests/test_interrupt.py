@@ -163,6 +163,7 @@ COMMANDS = {
               "--measure-T", "32", "64", "128", "--scaling-T", "64"],
     "compare": ["compare", "--quick"],
     "report": ["report", "--quick"],
+    "roofline": ["roofline", "--quick", "--family", "rnn", "attention"],
 }
 # the line each command ends its standard output with: its output is complete by then
 LAST_LINE = {"decay": "wrote ", "depth": "harness depth: ", "compare": "wrote ", "report": "wrote "}
@@ -240,7 +241,8 @@ def check_outcome(rc, err, out, sig, complete_files, command=None):
 EXPECTED = {"decay": {"decay.csv", "decay_summary.csv", "decay_clipping.csv", "decay_additive.csv"},
             "depth": {"depth.csv", "schedule.csv", "timings.csv", "scaling.csv", "machine.csv"},
             "compare": {"compare.csv", "compare_summary.csv"},
-            "report": {"index.html"}}
+            "report": {"index.html"},
+            "roofline": {'ceilings.csv', 'roofline.csv', 'roofline.png', 'roofline.svg', 'roofline_crossover.csv'}}
 
 
 def test_signals_end_cleanly(tmp_path):
