@@ -201,12 +201,17 @@ def test_a_family_speed_table_is_its_rows_of_the_committed_comparison(family):
         # the fastest peer is at least as fast as NumPy and torch (medians over the harness's;
         # linear attention has a third peer, torch's chunked form), and one of them where
         # it is named so
-        peers = {"numpy": r.speedup_vs_numpy, "torch": r.speedup_vs_torch}
+        peers = {"numpy": r.speedup_vs_numpy, "torch": r.speedup_vs_torch,
+                 "jax": getattr(r, "speedup_vs_jax", float("nan"))}
         assert all(r.speedup_vs_fastest <= x * (1 + 1e-9) for x in peers.values() if x == x)
         if r.fastest_peer in peers:
             assert math.isclose(peers[r.fastest_peer], r.speedup_vs_fastest, rel_tol=1e-9)
         if m[2]:
             assert float(m[2]) <= round(r.speedup_vs_fastest, 2) <= float(m[3])
+    text = harness_docs.render(f"speed_{family}")
+    if "libraries" in rows:                          # the BLAS each table ran on, said above it
+        for lib in rows.libraries.dropna().unique():
+            assert lib in text.split("Libraries, as the run recorded them: ")[1]
 
 
 def test_the_mutation_table_is_the_last_runs_counts():

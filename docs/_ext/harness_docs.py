@@ -293,7 +293,18 @@ def speed(root, family):
         lines.append(f"| {r.batch} | {r.T:,} | {r.d} | {r.dtype} | {r.kernel} | {r.direction} | "
                      f"{r.harness_s * 1e3:,.3f} ms | {r.fastest_peer} | "
                      f"{r.speedup_vs_fastest:.2f}×{interval} |")
-    return (provenance(root, "docs/compare_summary.csv") + "\n\n" + "\n".join(lines))
+    return (provenance(root, "docs/compare_summary.csv") + libraries_caption(rows) + "\n\n"
+            + "\n".join(lines))
+
+
+def libraries_caption(rows):
+    """The libraries the rows ran on (compare_summary.csv's ``libraries`` column: each BLAS
+    with its version, kernel architecture and threads, torch's and XLA's), one sentence;
+    nothing for a CSV from before the column."""
+    if "libraries" not in rows:
+        return ""
+    libs = sorted(rows.libraries.dropna().unique())
+    return f"\n\n*Libraries, as the run recorded them: {' / '.join(libs)}.*" if libs else ""
 
 
 # ----------------------------------------------------------------------------- the roofline

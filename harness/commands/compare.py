@@ -1,14 +1,15 @@
-"""``harness compare``: the kernels against plain NumPy and PyTorch, as ratios."""
+"""``harness compare``: the kernels against plain NumPy, PyTorch and JAX, as ratios."""
 
 from __future__ import annotations
 
 from harness.infra import config as C
 from harness.infra.files import UsageError
 
-HELP = "time the kernels against plain NumPy and PyTorch, as ratios"
+HELP = "time the kernels against plain NumPy, PyTorch and JAX, as ratios"
 DESCRIPTION = """\
-Time the harness kernels against plain NumPy and PyTorch (when installed), in one
-process, interleaved, with the same thread settings, and write the ratio
+Time the harness kernels against plain NumPy, PyTorch and JAX (jax.jit on the CPU;
+each when installed), in one process, interleaved, with the same thread settings
+(XLA's included), and write the ratio
 peer time / harness time for each case, forward and backward, with the targets
 of the benchmark issue.
 
@@ -101,6 +102,9 @@ def _run(args, config, out):
     if compare._torch() is None:
         print("PyTorch is not installed: comparing against NumPy only "
               "(pip install torch==2.13.0 to add it).", file=sys.stderr)
+    if compare._jax(config.threads) is None:      # the first call: XLA on --threads threads
+        print("JAX is not installed: comparing without it (pip install -e '.[jax]' to add it).",
+              file=sys.stderr)
     warm_up_kernels(progress)
     todo = compare.cases(config)
     with progress.steps(len(todo), "cases") as step:
