@@ -218,11 +218,9 @@ def run(args):
 
 def _run_forward(args, dcfg, scfg, wcfg, out_dir):
     """--forward: trace the user's forward at each --T, print its counts and depth table."""
-    import sys
     import time
 
     from harness.analysis import depth
-    from harness.infra.files import output_set
     from harness.infra.progress import Progress
 
     t0 = time.perf_counter()
@@ -239,6 +237,15 @@ def _run_forward(args, dcfg, scfg, wcfg, out_dir):
     _print(f"multiplications of {args.forward} by part (d = {dcfg.d}; a product with an input "
            "is counted under its name; grid: every pair of positions, mix: a sum over "
            "positions; flops = 2 x macs)", counts)
+    return _depth_table(table, out_dir, t0)
+
+
+def _depth_table(table, out_dir, t0):
+    """--forward's and --torch's last table, printed, and depth.csv written: exit status 0."""
+    import sys
+    import time
+
+    from harness.infra.files import output_set
     view = table[["model", "T", "macs", "flops", "ops", "span", "max_path", "scalar_span",
                   "parallelism"]].copy()
     view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
@@ -255,10 +262,8 @@ def _run_forward(args, dcfg, scfg, wcfg, out_dir):
 def _run_torch(args, dcfg, scfg, wcfg, out_dir):
     """--torch: export and trace the user's module at each --T, print its counts by parameter
     and by ATen op and its depth table."""
-    import sys
     import time
 
-    from harness.infra.files import output_set
     from harness.infra.progress import Progress
     from harness.torchmodel import interp
 
@@ -278,17 +283,7 @@ def _run_torch(args, dcfg, scfg, wcfg, out_dir):
            "positions, mul: an elementwise product of values; flops = 2 x macs)", parts)
     _print(f"multiplications of {spec} by op (aten.*: core ATen; harness.recurrent: an "
            "nn.RNN/LSTM/GRU lowered step by step)", ops)
-    view = table[["model", "T", "macs", "flops", "ops", "span", "max_path", "scalar_span",
-                  "parallelism"]].copy()
-    view["parallelism"] = view["parallelism"].map(lambda v: f"{v:.4g}")
-    _print("span and max_path in operations (max_path: from input position 1 to output "
-           "position T); scalar_span exact with sums as ceil(log2 n) trees; parallelism = "
-           "scalar work / scalar span", view)
-    if out_dir is not None:
-        with output_set(out_dir) as files:
-            files.write_csv("depth.csv", table)
-    print(f"\nharness depth: {time.perf_counter() - t0:.1f} s", file=sys.stdout)
-    return 0
+    return _depth_table(table, out_dir, t0)
 
 
 def _run(args, dcfg, scfg, wcfg, out_dir):

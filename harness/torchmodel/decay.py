@@ -118,8 +118,7 @@ def _grad(y, x, vectors, built, torch):
     except UsageError:
         raise
     except BaseException as e:
-        theirs = load._theirs_or(e, built.spec, f"back-propagating through {built.spec}",
-                                 built.arg)
+        theirs = load.backward_error(e, built)
         if theirs is not None:
             raise theirs from e
         raise

@@ -55,6 +55,12 @@ def _theirs_or(e, spec, doing, arg):
     return depth.user_error(e, spec, doing, arg=arg, skip=_torch_dirs())
 
 
+def backward_error(e, built):
+    """``e``, raised while back-propagating through ``built``'s module, as the user's
+    UserCodeError when their code raised it (a custom autograd Function of theirs), else None."""
+    return _theirs_or(e, built.spec, f"back-propagating through {built.spec}", built.arg)
+
+
 def load_factory(spec, arg="--torch"):
     """The factory that ``spec`` names, ``package.module:factory`` or ``path/file.py:factory``
     (a callable is returned as it is). A bad spec is a UsageError; an error raised while

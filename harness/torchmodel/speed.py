@@ -105,8 +105,7 @@ def module_calls(built, seed=0):
         try:
             return torch.autograd.grad(out, [x] + params, g)
         except BaseException as e:
-            theirs = load._theirs_or(e, built.spec, f"back-propagating through {built.spec}",
-                                     built.arg)
+            theirs = load.backward_error(e, built)
             if theirs is not None:
                 raise theirs from e
             raise
@@ -136,7 +135,7 @@ def measure(factory, spec, shapes, config=DEFAULT, progress=None):
     with the columns ``TIMES`` and ``FIT``; ``times.attrs["samples"]`` holds every round
     (model, impl, T, d, direction, round, seconds)."""
     from harness import models
-    from harness.infra import machine, stats, timing
+    from harness.infra import machine, timing
     check_config(config)
     torch = load.import_torch()
     f = load.load_factory(factory if factory is not None else spec)
