@@ -237,6 +237,18 @@ def test_the_mutation_table_is_the_last_runs_counts():
             f"{s['survived']} | {s['suspicious']} | {s['no_tests']} | {100 * caught / n:.1f} % |") in text
     assert (f"Of the {s['survived']} survivors, {equivalent} are equivalent and "
             f"{s['survived'] - equivalent} not worth a test") in text
+    if "estimate_all" in s:                          # a partial run says what ran
+        from scipy.stats import beta
+        c, m = s["changed_functions"], s["sample"]
+        for part, k, n_ in ((c, c["caught"], c["ran"]), (m, m["caught"], m["ran"])):
+            lo = beta.ppf(0.025, k, n_ - k + 1) * 100 if k else 0.0     # Clopper-Pearson
+            hi = beta.ppf(0.975, k + 1, n_ - k) * 100 if k < n_ else 100.0
+            assert part["score_interval_95"] == [round(lo, 1), round(hi, 1)]
+        assert f"{c['ran']:,} ran" in text and f"{100 * c['caught'] / c['ran']:.1f} %" in text
+        assert f"{c['mutants'] - c['ran']:,} changed mutants that did not run" in text
+        assert s["total"] == s["estimate_all"]["mutants"] - (c["mutants"] - c["ran"])
+        lo, hi = s["estimate_all"]["interval_95"]
+        assert lo <= s["estimate_all"]["score"] <= hi
 
 
 def test_the_semantic_mutation_table_is_its_csvs_counts():

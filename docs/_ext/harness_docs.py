@@ -227,7 +227,24 @@ def mutation(root):
             f"{100 * caught / n:.1f} % |\n\n"
             f"Of the {s['survived']} survivors, {equivalent} are equivalent and "
             f"{s['survived'] - equivalent} not worth a test; each is listed with its reason "
-            "in `docs/mutation-survivors.tsv`.")
+            "in `docs/mutation-survivors.tsv`." + _mutation_partial(s))
+
+
+def _mutation_partial(s):
+    """The sentences of a partial run (mutation-score.json's ``changed_functions``, ``sample``
+    and ``estimate_all``): what ran, and the estimate for every mutant; nothing for a whole run."""
+    if "estimate_all" not in s:
+        return ""
+    c, m, e = s["changed_functions"], s["sample"], s["estimate_all"]
+    return (f"\n\nThe run was partial. Of the {c['mutants']:,} mutants of the functions changed "
+            f"since `{c['since']}`, {c['ran']:,} ran, in a seeded random order: {c['caught']:,} "
+            f"caught ({100 * c['caught'] / c['ran']:.1f} %, 95 % interval "
+            f"{c['score_interval_95'][0]} to {c['score_interval_95'][1]} %). A seeded sample of "
+            f"{m['size']:,} unchanged mutants ran whole: {m['caught']:,} caught, "
+            f"{m['recorded_caught']:,} as recorded before. The counts above leave out the "
+            f"{c['mutants'] - c['ran']:,} changed mutants that did not run; for all "
+            f"{e['mutants']:,} the estimate is {e['score']} % ({e['interval_95'][0]} to "
+            f"{e['interval_95'][1]} %).")
 
 
 # ----------------------------------------------------------------------------- semantic mutations
