@@ -30,7 +30,15 @@ def test_a_child_that_touches_200_MB_peaks_at_200_MB_and_its_times_add_up():
     # b"x" * n writes every byte, so every page of the 200 MB is resident at once
     argv = [sys.executable, "-c", "import time; b = b'x' * 200_000_000; t = time.process_time()\n"
             "while time.process_time() - t < 0.3: pass"]
-    rss, wall, cpu = ttc.measure(argv)
+    # Measured from a fresh, small Python, as the tool runs: Linux folds the forking process's
+    # high-water mark into a child's ru_maxrss at exec, so from a large pytest worker (2 GB
+    # under xdist) the child would read as that worker.
+    import json
+    import subprocess
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'tools')!r}); "
+            f"import torch_trace_cost as t; print(json.dumps(t.measure({argv!r})))")
+    rss, wall, cpu = json.loads(subprocess.run([sys.executable, "-c", code], check=True,
+                                               capture_output=True, text=True).stdout)
     assert 200e6 <= rss < 200e6 + 60e6            # Python itself: about 10 MB
     assert 0.3 <= cpu <= wall + 0.05 * wall       # one thread: CPU time cannot pass wall time
 
