@@ -138,6 +138,35 @@ def test_abs_bits_is_the_largest_magnitude(dtype):
     assert at._abs_bits(np.zeros(3, dtype).view(U), U(mask)) == 0
 
 
+@pytest.mark.parametrize("n", [0, 1, at._SAME_CHUNK - 1, at._SAME_CHUNK, at._SAME_CHUNK + 1,
+                               2 * at._SAME_CHUNK + 5])
+def test_same_bits_finds_one_flipped_bit_anywhere(n):
+    """Every element of a chunk, of the last full chunk and of the tail is looked at: one bit
+    flipped at the first, a middle and the last element of each is found; -0.0 is not 0.0."""
+    U = np.uint32
+    a = np.random.default_rng(n).standard_normal(n).astype(np.float32).view(U)
+    assert at._same_bits(a, a.copy())
+    where = {0, n // 2, n - 1} | {c for c in (at._SAME_CHUNK - 1, at._SAME_CHUNK) if c < n}
+    for i in sorted(w for w in where if 0 <= w < n):
+        for bit in (0, 31):
+            b = a.copy()
+            b[i] ^= U(1 << bit)
+            assert not at._same_bits(a, b), (i, bit)
+    assert not at._same_bits(a, a[:-1].copy()) if n else at._same_bits(a, a)
+    z = np.zeros(3, np.float32)
+    assert not at._same_bits(z.view(U), (-z).view(U))
+
+
+@pytest.mark.parametrize("shape", [(0,), (5,), (3, 7), (2, 9, 4)])
+def test_copy_flat_copies_every_bit(shape):
+    src = np.random.default_rng(1).standard_normal(shape)
+    if src.size:
+        src.reshape(-1)[0] = -0.0
+    dst = np.full(shape, np.nan)
+    at._copy_flat(dst, src)
+    assert dst.tobytes() == src.tobytes()
+
+
 # ---------------------------------------------------------------- the plain backward
 
 def _checked_backward(X, W, A, dY, scale=True, causal=False, Y=None):

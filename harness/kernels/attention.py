@@ -661,23 +661,50 @@ def _attend_keep(Q, K, V, scale, causal, A, Y, uY, mask, X3, Wq, Wk, Wv, cX, cWq
     # the forward's attention, then copies of its inputs (and, with outputs, of A and Y) for the
     # backward; returns Y's bits
     _attend_forward(Q, K, V, scale, causal, A, Y)
-    cX[:] = X3
-    cWq[:] = Wq
-    cWk[:] = Wk
-    cWv[:] = Wv
+    _copy_flat(cX, X3)
+    _copy_flat(cWq, Wq)
+    _copy_flat(cWk, Wk)
+    _copy_flat(cWv, Wv)
     if outputs:
-        cA[:] = A
-        cY[:] = Y
+        _copy_flat(cA, A)
+        _copy_flat(cY, Y)
     return _abs_bits(uY, mask)
 
 
 @njit(cache=True)
+def _copy_flat(dst, src):
+    # dst[...] = src[...], both C-contiguous of one size: a flat loop, which LLVM vectorises
+    # (Numba's slice assignment of a 2-D or 3-D array ran 2.5 to 4 times slower: 24 against
+    # 6 us for a 256 x 256 float32 array here)
+    d, s = dst.reshape(-1), src.reshape(-1)
+    for i in range(d.size):
+        d[i] = s[i]
+
+
+_SAME_CHUNK = 1024      # elements compared between two looks at the result
+
+
+@njit(cache=True)
 def _same_bits(a, b):
-    # two arrays' bits, flat: all equal (a -0.0 against a 0.0 is not: the checked path decides)
-    for i in range(a.size):
-        if a[i] != b[i]:
+    # two arrays' bits, flat: all equal (a -0.0 against a 0.0 is not: the checked path decides).
+    # The XORs of a chunk are OR-ed without a branch, so that the loop vectorises (3 to 4 times
+    # the speed of a test per element), and a difference ends the scan at its chunk.
+    n = a.size
+    if n != b.size:
+        return False
+    if n == 0:
+        return True
+    full = n - n % _SAME_CHUNK
+    for c in range(0, full, _SAME_CHUNK):
+        acc = a[0] ^ a[0]
+        for k in range(_SAME_CHUNK):
+            acc |= a[c + k] ^ b[c + k]
+        if acc != 0:
             return False
-    return True
+    acc = a[0] ^ a[0]
+    for k in range(full, n):
+        acc |= a[k] ^ b[k]
+    return acc == 0
 
 
 @njit(cache=True)
