@@ -387,3 +387,99 @@ def test_rows_placed_again_keep_their_timings_and_follow_the_ceilings():
     assert list(again.columns) == list(k.columns) and again.seconds[0] == 2e-3
     assert again.bound[0] == pytest.approx(k.bound[0] / 2) and again.fraction[0] == \
         pytest.approx(2 * k.fraction[0])
+
+
+# --------------------------------------------------------------------------- the figure
+
+def _two_dtype_frames():
+    """Ceilings in both dtypes (two GEMMs in float32, the faster second) and kernels of three
+    families, both directions, with intervals of unequal sides; one row's hi below its
+    median (the bar's upper side clips at zero length)."""
+    c64 = _ceilings()
+    c32 = _ceilings(peak=60.0).assign(dtype="float32")
+    extra = c32[c32.ceiling.str.startswith("gemm")].assign(ceiling="gemm (Numba)", value=40.0)
+    c = pd.concat([c32, extra, c64], ignore_index=True)
+    rows = []
+    for i, (fam, direction, dtype) in enumerate([("rnn", "forward", "float32"),
+                                                ("rnn", "backward", "float32"),
+                                                ("attention", "forward", "float32"),
+                                                ("lstm", "backward", "float64"),
+                                                ("attention", "forward", "float64")]):
+        ach = (i + 1) * 1.5e9
+        rows.append(dict(family=fam, kernel="default", direction=direction, dtype=dtype,
+                         intensity=0.3 * 4 ** i, achieved=ach, achieved_lo=ach * (0.8 - 0.05 * i),
+                         achieved_hi=ach * (1.1 + 0.1 * i) if i != 2 else ach * 0.9))
+    return c, pd.DataFrame(rows)
+
+
+def test_the_roofline_figure_draws_every_kernel_its_interval_and_each_ceiling():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection, PathCollection
+    from harness.report import figures
+    c, k = _two_dtype_frames()
+    fig = figures.figure_roofline({"ceilings": c, "roofline": k})
+    try:
+        axes = dict(zip(("float32", "float64"), fig.axes))
+        assert len(fig.axes) == 2
+        width, height = fig.get_size_inches()      # two 4 x 5 in panels, the legend beside
+        assert height == pytest.approx(4.0) and 2 * 4.0 * 1.25 <= width < 2 * 4.0 * 1.25 + 2
+        xs = np.geomspace(max(min(k.intensity.min() / 4, 0.05), 1e-3), k.intensity.max() * 4, 200)
+        for dtype, ax in axes.items():
+            rows = k[k.dtype == dtype]
+            assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+            assert dtype in ax.get_title()
+            assert ax.get_xlabel() == "arithmetic intensity (flop / byte)"
+            assert ax.get_ylabel() in ("GFLOP/s", "")           # the left panel's only
+            # every kernel a point at (intensity, GFLOP/s), size 45
+            pts = np.vstack([p.get_offsets() for p in ax.collections
+                             if isinstance(p, PathCollection) and len(p.get_offsets())])
+            want = np.column_stack([rows.intensity, rows.achieved / 1e9])
+            np.testing.assert_allclose(sorted(map(tuple, pts)), sorted(map(tuple, want)))
+            sizes = {float(s) for p in ax.collections if isinstance(p, PathCollection)
+                     for s in p.get_sizes()}
+            assert sizes == {45.0}
+            # each interval a vertical bar from achieved_lo to max(achieved_hi, achieved)
+            bars = [seg for lc in ax.collections if isinstance(lc, LineCollection)
+                    for seg in lc.get_segments()]
+            got = sorted((float(s[0][0]), float(s[0][1]), float(s[1][1])) for s in bars)
+            exp = sorted((r.intensity, r.achieved_lo / 1e9, max(r.achieved_hi, r.achieved) / 1e9)
+                         for r in rows.itertuples())
+            np.testing.assert_allclose(got, exp)
+            lc = next(lc for lc in ax.collections if isinstance(lc, LineCollection))
+            assert lc.get_linewidth()[0] == pytest.approx(0.8)
+            assert tuple(lc.get_color()[0][:3]) == pytest.approx((0.45,) * 3)
+            assert lc.get_zorder() == 1
+            # the ceilings: the faster GEMM and the FMA loop flat; each level's best bandwidth
+            # (the read sum, not the triad at half) a diagonal up to the peak
+            peaks = c[(c.dtype == dtype) & (c.level == "compute")]
+            top = peaks.value.max()
+            gemm = peaks[peaks.ceiling.str.startswith("gemm")].sort_values("value").iloc[-1]
+            fma = peaks[peaks.ceiling.str.startswith("FMA")].iloc[0]
+            leg = ax.get_legend()
+            labels = [t.get_text() for t in leg.get_texts()]
+            bw = {"L1": 100.0, "L2": 50.0, "L3": 20.0, "memory": 5.0}
+            assert labels == ([f"{gemm.ceiling}: {gemm.value:.1f} GFLOP/s",
+                               f"{fma.ceiling}: {fma.value:.1f} GFLOP/s"]
+                              + [f"{lv}: {v:.1f} GB/s" for lv, v in bw.items()])
+            drawn = {ln.get_label(): ln for ln in ax.get_lines()}
+            handles = [drawn[t] for t in labels]
+            assert [h.get_linestyle() for h in handles[:2]] == ["--", "-"]
+            for h, p in zip(handles[:2], (gemm, fma)):
+                assert tuple(h.get_ydata()) == (p.value, p.value)
+                assert h.get_color() == "k" and h.get_linewidth() == pytest.approx(0.9)
+            for h, (lv, v) in zip(handles[2:], bw.items()):
+                np.testing.assert_allclose(h.get_xdata(), xs)
+                np.testing.assert_allclose(h.get_ydata(), np.minimum(v * xs, top))
+                assert h.get_linewidth() == pytest.approx(1.0)
+            assert len({tuple(h.get_color()) for h in handles[2:]}) == 4    # a colour a level
+            assert leg.get_title().get_text() == "ceilings" and not leg.get_frame_on()
+            assert leg._ncols == 2 and leg.get_texts()[0].get_fontsize() == pytest.approx(6.5)
+            assert leg.get_title().get_fontsize() == pytest.approx(7)
+        # one marker per direction, one colour per family, the same in both panels
+        legend = {t.get_text() for t in fig.legends[0].get_texts()}
+        assert {"rnn", "attention", "lstm", "forward", "backward"} <= legend
+        assert axes["float32"].get_shared_y_axes().joined(axes["float32"], axes["float64"])
+    finally:
+        plt.close(fig)
