@@ -23,7 +23,15 @@ from harness import models  # noqa: E402
 from harness.analysis import compare  # noqa: E402
 from harness.infra import config  # noqa: E402
 
-jax = compare._jax()            # on the CPU, one thread, float64 enabled: as compare runs it
+
+
+@pytest.fixture(scope="module")
+def jax():
+    """JAX on the CPU, one thread, float64 enabled, as compare runs it. A fixture, not a module
+    global: XLA's client starts at the first test that needs it, so that a process that only
+    collects these tests (mutmut's fork server) has no XLA threads for its forked children to
+    lose."""
+    return compare._jax()
 
 # float32: the kernels and XLA sum in different orders; float64 near round-off
 TOL = {"float32": 2e-5, "float64": 1e-12}
@@ -56,7 +64,7 @@ def test_the_jax_peer_computes_the_kernels_output_and_gradient(case):
     assert len(both()) == 1 + len(models.get(case.model).kernels.inputs(4, 2, 1, "float64", 0)[1])
 
 
-def test_a_wrong_jax_peer_is_caught():
+def test_a_wrong_jax_peer_is_caught(jax):
     """The check above can fail: a peer one step out of line is far outside the tolerance."""
     from harness.models import rnn
     X, (W_xh, W_hh) = models.get("rnn").kernels.inputs(16, 8, 1, "float64", 0)
@@ -65,7 +73,7 @@ def test_a_wrong_jax_peer_is_caught():
     assert not _close(Y, H, "float64")
 
 
-def test_the_lru_scans_agree():
+def test_the_lru_scans_agree(jax):
     """The peer's ``lax.scan`` and the ``lax.associative_scan`` it was measured against."""
     from harness.models import lru
     X, (lam, B) = models.get("lru").kernels.inputs(37, 6, 3, "float64", 2)

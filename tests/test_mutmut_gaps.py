@@ -203,3 +203,129 @@ def test_the_claims_groups_follow_one_another_with_nothing_between_them():
     page = html.claims_table_html(t)
     assert page.count("\n<h3 ") == 1 and page.startswith("<h3 ")
     assert "</table>\n<h3 " in page
+
+
+# ------------------------------------------- survivors of the changed-functions run (13aaf66)
+
+def test_a_space_is_a_printable_name_and_the_unit_separator_is_not():
+    """A space is no control character (x_check_name__mutmut_17 refused it); U+001F, the last
+    one below it, is."""
+    assert check_name("my report") == "my report"
+    with pytest.raises(UsageError, match="--out: the name 'a\\\\x1fb' holds the control "
+                                         "character '\\\\x1f'"):
+        check_name("a\x1fb")
+
+
+def test_a_user_code_error_has_no_frames_unless_given():
+    assert UserCodeError("m").frames == "" and UserCodeError("m", "f").frames == "f"
+
+
+def test_an_input_of_two_to_the_62_elements_is_the_largest_traced():
+    """2**62 elements pass, one more is refused, whatever memory is said to be free
+    (x_check_forward_memory__mutmut_26/28/29 moved the bound); the message gives the free
+    memory in GiB (_45/_46 divided by 3**30 and 2**31)."""
+    free = 10 ** 30
+    depth.check_forward_memory({"X": ("4611686018427387904",)}, 1, 1, available=free)
+    with pytest.raises(MemoryError, match="X=4611686018427387905 at T = 1, d = 1 is "
+                                          "4,611,686,018,427,387,905 elements"):
+        depth.check_forward_memory({"X": ("4611686018427387905",)}, 1, 1, available=free)
+    with pytest.raises(MemoryError, match=r"but only 3\.00 GiB are available"):
+        depth.check_forward_memory({"X": ("T", "d")}, 2**20, 2**10, available=3 * 2**30)
+
+
+def test_the_roofline_section_takes_the_reports_own_roofline_config():
+    """A report config without a ``roofline`` gets roofline.QUICK, one with it its own
+    (x_roofline_config__mutmut_1/2/7/8); the section passes it on (tests/test_report_build.py,
+    whose stubbed config carries one: x__sections__mutmut_246)."""
+    import dataclasses
+    import types
+
+    from harness.analysis import roofline
+    from harness.infra import config
+    from harness.report import build
+    own = dataclasses.replace(roofline.QUICK, rounds=4)
+    assert build.roofline_config(config.QUICK_REPORT) is roofline.QUICK
+    assert build.roofline_config(types.SimpleNamespace(roofline=own)) is own
+
+
+def _axes(*lines, n_axes=1):
+    """A figure with ``lines`` [(x, y, kw), ...] drawn on its first axes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axs = plt.subplots(1, n_axes, squeeze=False)
+    drawn = [axs[0, 0].plot(x, y, **kw)[0] for x, y, kw in lines]
+    return fig, list(axs[0]), drawn
+
+
+def test_coincident_lines_at_the_edges_of_its_rules():
+    """Two points or more (_2, _3), the same x to 1e-9 (_29, _30), y within 2 % with no
+    absolute slack (_39, _41), every group found after a line already grouped (_7), and a line
+    grouped once (_44)."""
+    import matplotlib.pyplot as plt
+    from harness.report import figures
+    try:
+        fig, (ax,), _ = _axes(([1], [1], {}), ([1], [1], {}))
+        assert figures.coincident(ax) == []                     # single points: not lines
+        fig, (ax,), (a, b) = _axes(([1, 2], [3, 4], {}), ([1, 2], [3, 4], {}))
+        assert figures.coincident(ax) == [[a, b]]
+        fig, (ax,), _ = _axes(([1, 2], [3, 4], {}), ([1, 2 * (1 + 1e-7)], [3, 4], {}))
+        assert figures.coincident(ax) == []                     # x apart by 1e-7
+        fig, (ax,), _ = _axes(([1, 2], [3, 4], {}), ([1.5, 2.5], [3, 4], {}))
+        assert figures.coincident(ax) == []
+        fig, (ax,), _ = _axes(([1, 2], [1e-10, 2e-10], {}), ([1, 2], [5e-10, 9e-10], {}))
+        assert figures.coincident(ax) == []                     # tiny, but 5 times apart
+        fig, (ax,), (a, b, c, e) = _axes(([1, 2], [3, 4], {}), ([1, 2], [3, 4.01], {}),
+                                         ([1, 2], [7, 8], {}), ([1, 2], [7, 8], {}))
+        assert figures.coincident(ax) == [[a, b], [c, e]]
+        fig, (ax,), (a, b, c) = _axes(*[([1, 2], [3, 4], {})] * 3)
+        assert figures.coincident(ax) == [[a, b, c]]
+    finally:
+        plt.close("all")
+
+
+def test_a_lines_label_is_read_from_any_axes_legend_and_a_markerless_entry():
+    """An axes without a legend does not end the search (x__label__mutmut_2); a legend entry
+    drawn with marker "" names a line of its colour whatever its marker (_34)."""
+    import matplotlib.pyplot as plt
+    from harness.report import figures
+    try:
+        fig, (ax0, ax1), (line,) = _axes(([1, 2], [3, 4], {"color": "C1", "marker": "o",
+                                                           "label": "own"}), n_axes=2)
+        entry, = ax1.plot([0], [0], color="C1", marker="", label="from the legend")
+        ax1.legend(handles=[entry])
+        assert figures._label(fig, line) == "from the legend"
+    finally:
+        plt.close("all")
+
+
+def test_the_coincidence_note_is_small_and_grey():
+    """x_reveal__mutmut_29/30: the note's size and colour."""
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+    from harness.report import figures
+    try:
+        fig, (ax,), _ = _axes(([1, 2], [3, 4], {"label": "a"}), ([1, 2], [3, 4], {"label": "b"}))
+        assert figures.reveal(fig) == [["a", "b"]]
+        note, = ax.texts
+        assert note.get_fontsize() == 7 and mcolors.same_color(note.get_color(), "0.3")
+    finally:
+        plt.close("all")
+
+
+@pytest.mark.parametrize("apart", [{"ls": "--"}, {"mfc": "none"}])
+def test_lines_drawn_apart_by_dashes_or_fill_alone_are_not_hidden(apart):
+    """Two coincident lines of one marker size, told apart by their dashes alone or their fill
+    alone, and named in the note, are not hidden (x_hidden__mutmut_15/16 dropped the fill and
+    the dashes from the style)."""
+    import matplotlib.pyplot as plt
+    from harness.report import figures
+    try:
+        fig, (ax,), _ = _axes(([1, 2], [3, 4], {"label": "a", "marker": "o"}),
+                              ([1, 2], [3, 4], {"label": "b", "marker": "o", **apart}))
+        ax.text(0, 0, "lines that coincide (within 2%):\na = b")
+        assert figures.hidden(fig) == []
+        ax.texts[0].remove()
+        assert figures.hidden(fig) == [["a", "b"]]                 # not named: hidden
+    finally:
+        plt.close("all")

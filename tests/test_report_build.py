@@ -174,6 +174,8 @@ def _stubbed_sections(tmp_path, depth_frame=None, history=None):
         config.QUICK_REPORT, asv_results=str(tmp_path), schedule_d=5,
         schedule=dataclasses.replace(config.QUICK_REPORT.schedule, T_values=(7, 9),
                                      grains=("element",), processors=(1, 3)))
+    from harness.analysis import roofline
+    object.__setattr__(cfg, "roofline", dataclasses.replace(roofline.QUICK, rounds=4))  # its own
     if depth_frame is None:
         depth_frame = pd.DataFrame({"model": ["m"], "T": [1], "d": [2], "macs": [3], "flops": [6],
                                     "span": [4]})
@@ -245,13 +247,15 @@ def test_report_sections_run_each_analyser_on_the_report_configs_values(tmp_path
     assert cross_args[1] == cfg.wall and cross_args[2] == {"gemm_gmacs": 2.0, "noise_floor": 0.01}
     assert calls["exponents"][0][0][1] == cfg.wall.fit_min_T
     assert calls["memory"] == [((cfg.memory,), {})]
-    assert calls["roofline"] == [((build.roofline_config(cfg),), {})]
+    assert calls["roofline"] == [((cfg.roofline,), {})] and cfg.roofline.rounds == 4
     assert calls["row_max"] == [((cfg.lessons,), {})] and calls["maps"] == [((cfg.lessons,), {})]
     assert calls["routes"] == [((cfg.lessons.va_scales,), {})]
+    assert calls["softmax_jacobian"] == [((cfg.lessons,), {})]
     by_key = {key: (frames, figs) for key, _, frames, figs in sections}
     assert set(by_key) <= set(captions.CAPTIONS)
     assert by_key["decay"][0]["decay"] is decay_frame
     assert by_key["decay"][0]["decay_summary"] == "summary"
+    pd.testing.assert_frame_equal(by_key["gated"][0]["gated_decay"], build.gated_rows(decay_frame))
     assert list(by_key["recurrence"][0]["lru_decay"].distance) == [2]     # the LRU's rows only
     assert by_key["clipping"][0]["clipping"].made_by[0] == "clipping"
     assert by_key["depth"][0]["depth"] is depth_frame
