@@ -84,6 +84,24 @@ def test_the_lru_scans_agree(jax):
         lru.jax_forward(jax, X, lam, B, method="loop")
 
 
+def test_the_attention_peers_hold_past_one_block_and_over_a_batch(jax):
+    """The whole-grid peer on a batch of sequences, with d_k != T, and the blocked peer at a
+    length past one block (three blocks of 128, the last short), with a block that does not
+    divide T: each the kernel's Y. (The quick cases are one unbatched sequence within a block.)"""
+    from harness.kernels import attention as kernel
+    from harness.models import attention
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((3, 20, 6))
+    W = [rng.standard_normal((6, w)) * 0.4 for w in (5, 5, 7)]
+    Y, _ = kernel.forward(X, *W)
+    assert _close(attention.jax_forward(jax, jax.numpy.asarray(X), *W), Y, "float64")
+    X = rng.standard_normal((300, 6))
+    Y, _ = kernel.forward(X, *W)
+    for block in (128, 256):
+        assert _close(attention.jax_blocked(jax, jax.numpy.asarray(X), *W, block=block), Y,
+                      "float64")
+
+
 _PEAK = r"""
 import sys
 import numpy as np

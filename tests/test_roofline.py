@@ -392,13 +392,15 @@ def test_rows_placed_again_keep_their_timings_and_follow_the_ceilings():
 # --------------------------------------------------------------------------- the figure
 
 def _two_dtype_frames():
-    """Ceilings in both dtypes (two GEMMs in float32, the faster second) and kernels of three
-    families, both directions, with intervals of unequal sides; one row's hi below its
-    median (the bar's upper side clips at zero length)."""
+    """Ceilings in both dtypes (float64 two GEMMs, the faster first, and the FMA loop; float32
+    the FMA loop alone) and kernels of three families, both directions, with intervals of
+    unequal sides, one row's hi below its median and one's lo above it (those sides of the bar
+    clip at zero length), the smallest intensity below 0.05 x 4 (where the x range starts)."""
     c64 = _ceilings()
+    extra = c64[c64.ceiling.str.startswith("gemm")].assign(ceiling="gemm (Numba)", value=12.0)
     c32 = _ceilings(peak=60.0).assign(dtype="float32")
-    extra = c32[c32.ceiling.str.startswith("gemm")].assign(ceiling="gemm (Numba)", value=40.0)
-    c = pd.concat([c32, extra, c64], ignore_index=True)
+    c32 = c32[~c32.ceiling.str.startswith("gemm")]            # the FMA loop alone: no GEMM
+    c = pd.concat([c32, c64, extra], ignore_index=True)
     rows = []
     for i, (fam, direction, dtype) in enumerate([("rnn", "forward", "float32"),
                                                 ("rnn", "backward", "float32"),
@@ -407,7 +409,8 @@ def _two_dtype_frames():
                                                 ("attention", "forward", "float64")]):
         ach = (i + 1) * 1.5e9
         rows.append(dict(family=fam, kernel="default", direction=direction, dtype=dtype,
-                         intensity=0.3 * 4 ** i, achieved=ach, achieved_lo=ach * (0.8 - 0.05 * i),
+                         intensity=0.01 * 6 ** i, achieved=ach,
+                         achieved_lo=ach * (0.8 - 0.05 * i) if i != 3 else ach * 1.05,
                          achieved_hi=ach * (1.1 + 0.1 * i) if i != 2 else ach * 0.9))
     return c, pd.DataFrame(rows)
 
@@ -416,7 +419,10 @@ def test_the_roofline_figure_draws_every_kernel_its_interval_and_each_ceiling():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.colors as mcolors
+    import seaborn as sns
     from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.transforms import Bbox, TransformedBbox
     from harness.report import figures
     c, k = _two_dtype_frames()
     fig = figures.figure_roofline({"ceilings": c, "roofline": k})
@@ -436,7 +442,8 @@ def test_the_roofline_figure_draws_every_kernel_its_interval_and_each_ceiling():
             pts = np.vstack([p.get_offsets() for p in ax.collections
                              if isinstance(p, PathCollection) and len(p.get_offsets())])
             want = np.column_stack([rows.intensity, rows.achieved / 1e9])
-            np.testing.assert_allclose(sorted(map(tuple, pts)), sorted(map(tuple, want)))
+            np.testing.assert_allclose(sorted(map(tuple, pts)), sorted(map(tuple, want)),
+                                       rtol=1e-13)
             sizes = {float(s) for p in ax.collections if isinstance(p, PathCollection)
                      for s in p.get_sizes()}
             assert sizes == {45.0}
@@ -444,36 +451,40 @@ def test_the_roofline_figure_draws_every_kernel_its_interval_and_each_ceiling():
             bars = [seg for lc in ax.collections if isinstance(lc, LineCollection)
                     for seg in lc.get_segments()]
             got = sorted((float(s[0][0]), float(s[0][1]), float(s[1][1])) for s in bars)
-            exp = sorted((r.intensity, r.achieved_lo / 1e9, max(r.achieved_hi, r.achieved) / 1e9)
-                         for r in rows.itertuples())
-            np.testing.assert_allclose(got, exp)
+            exp = sorted((r.intensity, min(r.achieved_lo, r.achieved) / 1e9,
+                          max(r.achieved_hi, r.achieved) / 1e9) for r in rows.itertuples())
+            np.testing.assert_allclose(got, exp, rtol=1e-13)
+            bar, = ax.containers                              # one errorbar call: bars, caps, no line
+            assert bar.lines[0] is None and bar.has_yerr and not bar.has_xerr
+            assert {c.get_markersize() for c in bar.lines[1]} == {4.0}     # capsize 2
             lc = next(lc for lc in ax.collections if isinstance(lc, LineCollection))
             assert lc.get_linewidth()[0] == pytest.approx(0.8)
             assert tuple(lc.get_color()[0][:3]) == pytest.approx((0.45,) * 3)
             assert lc.get_zorder() == 1
             # the ceilings: the faster GEMM and the FMA loop flat; each level's best bandwidth
             # (the read sum, not the triad at half) a diagonal up to the peak
-            peaks = c[(c.dtype == dtype) & (c.level == "compute")]
-            top = peaks.value.max()
-            gemm = peaks[peaks.ceiling.str.startswith("gemm")].sort_values("value").iloc[-1]
-            fma = peaks[peaks.ceiling.str.startswith("FMA")].iloc[0]
+            # float64: 20 (FMA), 10 and 12 (GEMMs); float32: 60 (FMA) alone
+            flat = ([("gemm (Numba)", 12.0, "--"), ("FMA loop (Numba)", 20.0, "-")]
+                    if dtype == "float64" else [("FMA loop (Numba)", 60.0, "--")])
+            top = 20.0 if dtype == "float64" else 60.0
             leg = ax.get_legend()
             labels = [t.get_text() for t in leg.get_texts()]
             bw = {"L1": 100.0, "L2": 50.0, "L3": 20.0, "memory": 5.0}
-            assert labels == ([f"{gemm.ceiling}: {gemm.value:.1f} GFLOP/s",
-                               f"{fma.ceiling}: {fma.value:.1f} GFLOP/s"]
+            assert labels == ([f"{name}: {v:.1f} GFLOP/s" for name, v, _ in flat]
                               + [f"{lv}: {v:.1f} GB/s" for lv, v in bw.items()])
             drawn = {ln.get_label(): ln for ln in ax.get_lines()}
             handles = [drawn[t] for t in labels]
-            assert [h.get_linestyle() for h in handles[:2]] == ["--", "-"]
-            for h, p in zip(handles[:2], (gemm, fma)):
-                assert tuple(h.get_ydata()) == (p.value, p.value)
+            for h, (_, v, ls) in zip(handles, flat):
+                assert tuple(h.get_ydata()) == (v, v) and h.get_linestyle() == ls
                 assert h.get_color() == "k" and h.get_linewidth() == pytest.approx(0.9)
-            for h, (lv, v) in zip(handles[2:], bw.items()):
-                np.testing.assert_allclose(h.get_xdata(), xs)
-                np.testing.assert_allclose(h.get_ydata(), np.minimum(v * xs, top))
+            crest = sns.color_palette("crest", 4)
+            for h, (lv, v), colour in zip(handles[len(flat):], bw.items(), crest):
+                np.testing.assert_allclose(h.get_xdata(), xs, rtol=1e-13)
+                np.testing.assert_allclose(h.get_ydata(), np.minimum(v * xs, top), rtol=1e-13)
                 assert h.get_linewidth() == pytest.approx(1.0)
-            assert len({tuple(h.get_color()) for h in handles[2:]}) == 4    # a colour a level
+                assert mcolors.same_color(h.get_color(), colour)
+            anchor = TransformedBbox(Bbox.from_bounds(0, -0.16, 0, 0), ax.transAxes).bounds
+            assert leg._loc == 2 and leg.get_bbox_to_anchor().bounds == pytest.approx(anchor)
             assert leg.get_title().get_text() == "ceilings" and not leg.get_frame_on()
             assert leg._ncols == 2 and leg.get_texts()[0].get_fontsize() == pytest.approx(6.5)
             assert leg.get_title().get_fontsize() == pytest.approx(7)
@@ -483,3 +494,52 @@ def test_the_roofline_figure_draws_every_kernel_its_interval_and_each_ceiling():
         assert axes["float32"].get_shared_y_axes().joined(axes["float32"], axes["float64"])
     finally:
         plt.close(fig)
+
+
+def test_the_caption_reads_whole_as_worked_out_by_hand():
+    """Every clause of the roofline caption, its numbers worked out by hand: a dtype with a GEMM
+    alone (no FMA clause), a non-default kernel's name, a crossover row without a step time
+    (left out, and the rows after it kept), one with no crossing and nothing measured, one with
+    a measured crossing and its interval, one measured without an interval."""
+    from harness.report import captions
+    c = pd.concat([_ceilings(), pd.DataFrame([dict(
+        ceiling="gemm (NumPy)", dtype="float32", level="compute", value=30.0, lo=27.0, hi=33.0,
+        working_set_bytes=1, unit="GFLOP/s", blas="")])], ignore_index=True)
+    k = pd.DataFrame([
+        dict(family="rnn", kernel="default", direction="forward", T=1000, d=64, dtype="float64",
+             fraction=0.25, bound_kind="compute"),
+        dict(family="attention", kernel="tiled", direction="backward", T=4096, d=64,
+             dtype="float32", fraction=0.8, bound_kind="bandwidth (L2)"),
+        dict(family="lstm", kernel="default", direction="forward", T=1000, d=256,
+             dtype="float64", fraction=0.5, bound_kind="compute")])
+    nan = float("nan")
+    x = pd.DataFrame([
+        dict(d=32, rnn_step_s=nan, rnn_step_bound_s=nan, predicted_T=nan, bound_T=nan,
+             counted_T=32.0, measured_T=nan, measured_T_lo=nan, measured_T_hi=nan),
+        dict(d=64, rnn_step_s=2e-6, rnn_step_bound_s=5e-7, predicted_T=nan, bound_T=70.0,
+             counted_T=64.0, measured_T=nan, measured_T_lo=nan, measured_T_hi=nan),
+        dict(d=256, rnn_step_s=1.5e-5, rnn_step_bound_s=5e-6, predicted_T=1234.4, bound_T=300.0,
+             counted_T=256.0, measured_T=1500.0, measured_T_lo=1200.0, measured_T_hi=2100.0),
+        dict(d=512, rnn_step_s=1e-4, rnn_step_bound_s=2.5e-5, predicted_T=5000.0, bound_T=800.0,
+             counted_T=512.0, measured_T=900.0, measured_T_lo=nan, measured_T_hi=nan)]
+    ).assign(w_hh_level="L1")          # a text column, as written: d stays an integer
+    text = captions.caption_roofline({"ceilings": c, "roofline": k, "roofline_crossover": x})
+    tail = ("(each step waits for the last); from the two kernels' achieved rates attention's "
+            "grid and mix overtake it at ")
+    assert text == (
+        "On one thread, float32 peaks at 30.0 GFLOP/s (gemm (NumPy), 95 % interval 27.0–33.0); "
+        "float64 peaks at 20.0 GFLOP/s (FMA loop (Numba), 95 % interval 18.0–22.0); the FMA loop "
+        "20.0, 200% of the faster GEMM. Bandwidth (the better of the read-only sum and the "
+        "triad) is 100.0 GB/s in L1, 50.0 GB/s in L2, 20.0 GB/s in L3, 5.0 GB/s in memory."
+        " Of 3 kernel timings, 2 are bound by compute and 1 by bandwidth; they reach a median "
+        "50% of their bound, from 25% (rnn forward, T = 1000, d = 64, float64) to 80% "
+        "(attention tiled backward, T = 4096, d = 64, float32)."
+        " At d = 64 the RNN's step takes 2.00 µs, 4.0× its roofline bound " + tail +
+        "no crossing, with both at their bounds at T ≈ 70 (counted: T = 64); not bracketed by "
+        "the measured lengths."
+        " At d = 256 the RNN's step takes 15.00 µs, 3.0× its roofline bound " + tail +
+        "T ≈ 1,234, with both at their bounds at T ≈ 300 (counted: T = 256); measured at "
+        "T ≈ 1,500 (95 % interval 1,200–2,100)."
+        " At d = 512 the RNN's step takes 100.00 µs, 4.0× its roofline bound " + tail +
+        "T ≈ 5,000, with both at their bounds at T ≈ 800 (counted: T = 512); measured at "
+        "T ≈ 900.")

@@ -85,3 +85,31 @@ def test_the_tracer_gives_the_dense_numbers_recorded_at_the_reports_lengths(T):
             want = {k: v for k, v in r.items() if k not in ("model", "T", "d")}
             assert got == want, (r["model"], {k: (got[k], want[k]) for k in want
                                               if got[k] != want[k]})
+
+
+@pytest.mark.parametrize("d, T", [(4, 24), (6, 37)])
+@pytest.mark.parametrize("model", sorted(FORMS))
+def test_the_terms_path_at_small_sizes_equals_its_dense_twin(model, d, T, monkeypatch):
+    """The same comparison with the switch moved down to 16 elements: every form's fields of
+    more than 16 kept as terms (reshapes, transposes, broadcasts and reductions of terms
+    included) at sizes that trace in milliseconds."""
+    monkeypatch.setattr(field, "DENSE_MAX", 16)
+    fam, form = FORMS[model]
+    past = []
+    numel = field._numel
+
+    def counting(shape):
+        n = numel(shape)
+        if n > field.DENSE_MAX:
+            past.append(n)
+        return n
+
+    monkeypatch.setattr(field, "_numel", counting)
+    got, got_out = _traced(fam, form, T, d)
+    assert past, "no field passed the moved switch"
+    with B.all_dense():
+        want, want_out = _traced(fam, form, T, d)
+    assert got == want, {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+    for (gd, gs), (wd, ws) in zip(got_out, want_out, strict=True):
+        np.testing.assert_array_equal(gd, wd)
+        np.testing.assert_array_equal(gs, ws)
