@@ -4,6 +4,7 @@ mutant changes, on the public function, worked out by hand."""
 
 from __future__ import annotations
 
+import os
 import re
 import runpy
 
@@ -329,3 +330,83 @@ def test_lines_drawn_apart_by_dashes_or_fill_alone_are_not_hidden(apart):
         assert figures.hidden(fig) == [["a", "b"]]                 # not named: hidden
     finally:
         plt.close("all")
+
+
+def test_an_exception_never_raised_is_not_theirs():
+    """No traceback, no cause: no frame of theirs, so None (x_user_error__mutmut_5 took the
+    absent cause as what they raised, _32 went on without a frame)."""
+    assert depth.user_error(ValueError("x"), "s", "tracing s") is None
+
+
+def test_a_cause_of_theirs_behind_an_exception_without_frames_is_named(tmp_path):
+    """An exception with no frames of its own whose cause their code raised: the cause is
+    named (x_user_error__mutmut_13 dropped it)."""
+    e, path = _raised_by_their_code(tmp_path, "def f():\n    raise KeyError('k')\n")
+    outer = RuntimeError("wrapped")
+    outer.__cause__ = e
+    assert str(depth.user_error(outer, "s", "tracing s")).startswith(
+        f"--forward: {path}:2: KeyError: 'k' (raised while tracing s")
+
+
+def test_frames_in_a_skipped_folder_are_not_theirs(tmp_path):
+    """A library the harness drives (``skip``, PyTorch's folder under --torch): an exception
+    raised only in its frames, from a harness-like caller, is not theirs; the same from a file
+    outside it is (x_user_error__mutmut_11/20/28 dropped ``skip``)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    e, path = _raised_by_their_code(lib, "def f():\n    raise KeyError('k')\n")
+    this_file = __file__
+    skip = (str(lib) + "/", os.path.dirname(os.path.abspath(this_file)) + "/")
+    assert depth.user_error(e, "s", "tracing s", skip=skip) is None
+    assert depth.user_error(e, "s", "tracing s", skip=skip[1:]) is not None
+    outer = RuntimeError("wrapped")                    # its cause behind it, in the library
+    outer.__cause__ = e
+    assert depth.user_error(outer, "s", "tracing s", skip=skip) is None
+    bad = lib / "bad_gap.py"
+    bad.write_text("def f(X)\n")
+    with pytest.raises(SyntaxError) as info:
+        runpy.run_path(str(bad))
+    assert depth.user_error(info.value, "s", "importing", skip=skip) is None
+    assert depth.user_error(info.value, "s", "importing", skip=skip[1:]) is not None
+
+
+def test_a_syntax_error_imported_by_their_file_shows_both(tmp_path):
+    """Their file importing their other file that does not parse: the importing frame and the
+    offending line, both (x_user_error__mutmut_44 kept only the second)."""
+    (tmp_path / "broken_gap.py").write_text("def g(X)\n")
+    path = tmp_path / "imports_gap.py"
+    path.write_text("import sys\nsys.path.insert(0, %r)\nimport broken_gap\n" % str(tmp_path))
+    with pytest.raises(SyntaxError) as info:
+        runpy.run_path(str(path))
+    err = depth.user_error(info.value, "s", f"importing {path}")
+    assert f'File "{path}", line 3' in err.frames and "def g(X)" in err.frames
+
+
+def test_with_every_frame_in_a_library_the_innermost_is_named(tmp_path, monkeypatch):
+    """Where no frame lies outside the libraries, the innermost of theirs is named (line 6 of
+    three nested calls; x_user_error__mutmut_56/58/62/63: none, or another frame)."""
+    source = "def h():\n    raise KeyError('k')\n\ndef g():\n    h()\n\ndef f():\n    g()\n"
+    e, path = _raised_by_their_code(tmp_path, source)
+    here = os.path.dirname(os.path.abspath(__file__)) + "/"
+    monkeypatch.setattr(depth, "_libraries", lambda: (str(tmp_path) + "/", here))
+    assert str(depth.user_error(e, "s", "tracing s")).startswith(f"--forward: {path}:2: KeyError")
+
+
+def test_an_error_a_skipped_library_raised_from_theirs_names_theirs(tmp_path):
+    """A library under ``skip`` that re-raises their KeyError as its own RuntimeError: the
+    RuntimeError's frames are all the library's (and this test's), so their KeyError is the
+    one named (x_user_error__mutmut_11 read the library's frames as theirs)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "wrap_gap.py").write_text("def wrap(fn):\n    try:\n        fn()\n"
+                                     "    except KeyError as e:\n"
+                                     "        raise RuntimeError('lib') from e\n")
+    wrap = runpy.run_path(str(lib / "wrap_gap.py"))["wrap"]
+    theirs = tmp_path / "theirs_gap.py"
+    theirs.write_text("def f():\n    raise KeyError('k')\n")
+    f = runpy.run_path(str(theirs))["f"]
+    with pytest.raises(RuntimeError) as info:
+        wrap(f)
+    skip = (str(lib) + "/", os.path.dirname(os.path.abspath(__file__)) + "/")
+    assert str(depth.user_error(info.value, "s", "tracing s", skip=skip)).startswith(
+        f"--forward: {theirs}:2: KeyError: 'k' (raised while tracing s")
