@@ -309,6 +309,9 @@ def test_the_rate_trees_are_the_commit_and_its_planted_copies(tmp_path, monkeypa
     assert text["base"] == text["head"] == "def f():\n" + timing_rates._ANCHOR
     for label, fraction in rates.LEVELS.items():
         assert f"injected: {fraction} more steps" in text[label], label
+    # the real kernel holds the anchor once: the planted steps land in the forward that runs
+    real = (ROOT / "harness" / "kernels" / "rnn.py").read_text()
+    assert real.count(timing_rates._ANCHOR) == 1
 
 
 class _Finished:

@@ -234,3 +234,44 @@ def test_overflow_is_announced_with_its_step():
     with pytest.raises(FloatingPointError, match="float64"):
         rnn.forward(X.astype(np.float32), np.eye(d, dtype=np.float32),
                     (1.5 * Q).astype(np.float32), activation="identity")
+
+
+def _wide(d_h, dtype, t=9, seed=3, h0=True):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(t, 5)).astype(dtype)
+    W_xh = (rng.normal(size=(d_h, 5)) * 0.6).astype(dtype)
+    W_hh = (rng.normal(size=(d_h, d_h)) * 0.9 / np.sqrt(d_h)).astype(dtype)
+    b = (rng.normal(size=d_h) * 0.3).astype(dtype)
+    h = (rng.normal(size=d_h) * 0.5).astype(dtype) if h0 else None
+    return X, W_xh, W_hh, b, h
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("side", ["loop", "gemv"])
+@pytest.mark.parametrize("activation", ["tanh", "identity"])
+def test_forward_on_both_sides_of_the_in_loop_product(dtype, side, activation):
+    """The unbatched forward's two forms, the step product in the loop up to _AXPY_MAX[itemsize]
+    and a gemv call past it, each against the twin at the widths around the switch, with a
+    remainder after the loop's four columns at a time."""
+    top = rnn._AXPY_MAX[np.dtype(dtype).itemsize]
+    for d_h in ((1, 2, 3, 5, 6, 7, top - 1, top) if side == "loop" else (top + 1, top + 3)):
+        X, W_xh, W_hh, b, h = _wide(d_h, dtype)
+        close(rnn.forward(X, W_xh, W_hh, b, h, activation),
+              naive.rnn_forward(X, W_xh, W_hh, b, h, activation), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d_h", [1, 4, 9, 64])
+def test_the_two_compiled_step_forms_agree(dtype, d_h):
+    """_forward_vec_axpy and _forward_vec on the same inputs: the same states, to the rounding
+    of two summation orders (the forward dispatches by width, so each is also called here
+    where it is not chosen)."""
+    X, W_xh, W_hh, b, h = _wide(d_h, dtype, t=30)
+    out = [np.empty((30, d_h), dtype) for _ in range(2)]
+    rnn._forward_vec_axpy(X, W_xh, np.ascontiguousarray(W_hh.T), b, h, True, out[0])
+    rnn._forward_vec(X, W_xh, W_hh, b, h, True, out[1])
+    want = naive.rnn_forward(X, W_xh, W_hh, b, h)
+    for H in out:
+        close(H, want, dtype)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    assert naive.rel_err(out[0], out[1]) <= tol

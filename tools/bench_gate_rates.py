@@ -41,9 +41,10 @@ import bench_gate  # noqa: E402
 INJECTED = "Kernels.time_forward(rnn, large)"
 LEVELS = {"slow5": 0.05, "slow10": 0.10, "slow25": 0.25}
 
-_ANCHOR = "        _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H)\n"
+_ANCHOR = "        _forward_unbatched(X, W_xh, W_hh, b, h0, use_tanh, H)\n"
 _EXTRA = ("        _extra = int(round({f} * X.shape[0]))            # injected: {f} more steps\n"
-          "        _forward_vec(X[:_extra], W_xh, W_hh, b, h0, use_tanh, np.empty((_extra, d_h), X.dtype))\n")
+          "        _forward_unbatched(X[:_extra], W_xh, W_hh, b, h0, use_tanh,\n"
+          "                           np.empty((_extra, d_h), X.dtype))\n")
 
 LOAD = ("import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'\n"
         "import numpy as np\n"

@@ -28,6 +28,11 @@ from harness.kernels.steps import column_buffers, of_sequence, raise_if_not_fini
 from harness.kernels.vmath import tanh_inplace
 
 ACTIVATIONS = ("tanh", "identity")
+# The widest W_hh whose unbatched forward runs its step product in the loop (_forward_vec_axpy)
+# rather than as a gemv call, by itemsize. gemv time over loop time, T = 1000, one thread, 9
+# interleaved rounds (Xeon, AVX-512): float32 1.74 / 1.57 / 1.30 at d_h = 16 / 32 / 64, then
+# 0.95 at 128 and 0.83 at 256; float64 1.74 / 1.37 / 1.12, then 0.83 at 128.
+_AXPY_MAX = {4: 64, 8: 64}
 
 
 # --------------------------------------------------------------------------- forward
@@ -48,6 +53,41 @@ def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
         h = H[t]
         for i in range(d_h):
             h[i] += a[i]
+        if use_tanh:
+            tanh_inplace(h, scratch)
+        h_prev = h
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _forward_vec_axpy(X, W_xh, W_hhT, b, h0, use_tanh, H):
+    # As _forward_vec, with the step's product in the loop instead of a BLAS call:
+    # a = sum_j W_hh[:, j] h_{t-1}[j] as axpys over the rows of W_hh^T (contiguous), four at a
+    # time, so that a is loaded and stored once per four columns. At small widths a gemv
+    # call's fixed cost is most of a step (see _AXPY_MAX for where this form wins).
+    T, d_h = H.shape
+    np.dot(X, W_xh.T, H)
+    for t in range(T):
+        for i in range(d_h):
+            H[t, i] += b[i]
+    scratch = np.empty(d_h, dtype=np.int64)
+    a = np.empty(d_h, dtype=H.dtype)
+    h_prev = h0
+    d4 = d_h - d_h % 4
+    for t in range(T):
+        h = H[t]
+        for i in range(d_h):
+            a[i] = h[i]
+        for j in range(0, d4, 4):
+            p0, p1, p2, p3 = h_prev[j], h_prev[j + 1], h_prev[j + 2], h_prev[j + 3]
+            w0, w1, w2, w3 = W_hhT[j], W_hhT[j + 1], W_hhT[j + 2], W_hhT[j + 3]
+            for i in range(d_h):
+                a[i] += w0[i] * p0 + w1[i] * p1 + w2[i] * p2 + w3[i] * p3
+        for j in range(d4, d_h):
+            p, w = h_prev[j], W_hhT[j]
+            for i in range(d_h):
+                a[i] += w[i] * p
+        for i in range(d_h):
+            h[i] = a[i]
         if use_tanh:
             tanh_inplace(h, scratch)
         h_prev = h
@@ -318,6 +358,15 @@ def backward_blas_only(X, H, W_xh, W_hh, h0=None):
     return call
 
 
+def _forward_unbatched(X, W_xh, W_hh, b, h0, use_tanh, H):
+    """The unbatched forward's compiled loop: the step product in the loop up to _AXPY_MAX,
+    a gemv call past it."""
+    if W_hh.shape[0] <= _AXPY_MAX[X.itemsize]:
+        _forward_vec_axpy(X, W_xh, np.ascontiguousarray(W_hh.T), b, h0, use_tanh, H)
+    else:
+        _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H)
+
+
 def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
     """Run the RNN over every position and return every state h_1..h_T.
 
@@ -330,7 +379,7 @@ def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
     d_h = W_hh.shape[0]
     if not batched:
         H = np.empty((X.shape[0], d_h), dtype=X.dtype)
-        _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H)
+        _forward_unbatched(X, W_xh, W_hh, b, h0, use_tanh, H)
     else:
         H = np.empty(X.shape[:2] + (d_h,), dtype=X.dtype)
         if X.dtype == np.float32:
