@@ -410,3 +410,19 @@ def test_an_error_a_skipped_library_raised_from_theirs_names_theirs(tmp_path):
     skip = (str(lib) + "/", os.path.dirname(os.path.abspath(__file__)) + "/")
     assert str(depth.user_error(info.value, "s", "tracing s", skip=skip)).startswith(
         f"--forward: {theirs}:2: KeyError: 'k' (raised while tracing s")
+
+
+def test_the_note_names_each_group_on_its_own_line_from_the_bottom():
+    """Two groups in one panel: the note is the heading and one line per group, its bottom on
+    the corner (x_reveal__mutmut_43 joined the groups with "XX\\nXX", _36 dropped va)."""
+    import matplotlib.pyplot as plt
+    from harness.report import figures
+    try:
+        fig, (ax,), _ = _axes(([1, 2], [3, 4], {"label": "a"}), ([1, 2], [3, 4], {"label": "b"}),
+                              ([1, 2], [7, 8], {"label": "c"}), ([1, 2], [7, 8], {"label": "d"}))
+        assert figures.reveal(fig) == [["a", "b"], ["c", "d"]]
+        note, = ax.texts
+        assert note.get_text() == "lines that coincide (within 2%):\na = b\nc = d"
+        assert note.get_verticalalignment() == "bottom"
+    finally:
+        plt.close("all")
