@@ -17,7 +17,7 @@ import pytest
 
 from _deps import require_executable
 from harness import cli, report
-from harness.analysis import depth
+from harness.analysis import depth, roofline
 from harness.infra.config import QUICK_REPORT
 from harness.report import captions, figures, history
 
@@ -30,6 +30,12 @@ TEST = dataclasses.replace(
                                           rounds=5),
     path_T=(64, 256), lessons=dataclasses.replace(QUICK_REPORT.lessons, draws=400),
     memory=dataclasses.replace(QUICK_REPORT.memory, T_values=(1024, 4096)))
+# ... and its roofline section on two families, a smaller GEMM, memory at 2 x L3 and shorter
+# samples (the report's own config carries it: harness.report.build.roofline_config; the
+# section's full run is tests/test_roofline.py's)
+object.__setattr__(TEST, "roofline", dataclasses.replace(
+    roofline.QUICK, families=("rnn", "attention"), gemm_n=256, min_sample_s=0.001,
+    memory_multiple=2, crossover_T=(16, 32, 64, 128)))
 
 
 @pytest.fixture(scope="module")
