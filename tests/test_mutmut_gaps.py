@@ -322,8 +322,9 @@ def test_lines_drawn_apart_by_dashes_or_fill_alone_are_not_hidden(apart):
     import matplotlib.pyplot as plt
     from harness.report import figures
     try:
-        fig, (ax,), _ = _axes(([1, 2], [3, 4], {"label": "a", "marker": "o"}),
-                              ([1, 2], [3, 4], {"label": "b", "marker": "o", **apart}))
+        fig, (ax,), _ = _axes(([1, 2], [3, 4], {"label": "a", "marker": "o", "color": "k"}),
+                              ([1, 2], [3, 4], {"label": "b", "marker": "o", "color": "k",
+                                                **apart}))     # one colour: the style alone
         ax.text(0, 0, "lines that coincide (within 2%):\na = b")
         assert figures.hidden(fig) == []
         ax.texts[0].remove()
@@ -426,3 +427,14 @@ def test_the_note_names_each_group_on_its_own_line_from_the_bottom():
         assert note.get_verticalalignment() == "bottom"
     finally:
         plt.close("all")
+
+
+def test_a_forward_that_lacks_an_input_is_named_by_its_name():
+    """trace_forward names the forward in check_inputs' message: given, or its __name__
+    (x_trace_forward__mutmut_56 passed None)."""
+    def two(X, W):
+        return X @ W
+    with pytest.raises(ValueError, match=r"^shapes: mine takes no input named 'V'"):
+        depth.trace_forward(two, {"X": ("T", "d"), "W": ("d", "d"), "V": ("d",)}, 4, 2, name="mine")
+    with pytest.raises(ValueError, match=r"^shapes: two takes no input named 'V'"):
+        depth.trace_forward(two, {"X": ("T", "d"), "W": ("d", "d"), "V": ("d",)}, 4, 2)

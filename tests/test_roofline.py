@@ -492,14 +492,19 @@ def test_the_roofline_figure_draws_every_kernel_its_interval_and_each_ceiling():
         legend = {t.get_text() for t in fig.legends[0].get_texts()}
         assert {"rnn", "attention", "lstm", "forward", "backward"} <= legend
         assert axes["float32"].get_shared_y_axes().joined(axes["float32"], axes["float64"])
-    finally:
         plt.close(fig)
+        fig = figures.figure_roofline({"ceilings": c, "roofline": k.assign(intensity=k.intensity + 1)})
+        flat = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("L1")]
+        assert flat[0].get_xdata()[0] == pytest.approx(0.05)     # every kernel above 0.2: 0.05
+    finally:
+        plt.close("all")
 
 
 def test_the_caption_reads_whole_as_worked_out_by_hand():
     """Every clause of the roofline caption, its numbers worked out by hand: a dtype with a GEMM
     alone (no FMA clause), a non-default kernel's name, a crossover row without a step time
-    (left out, and the rows after it kept), one with no crossing and nothing measured, one with
+    (left out, and the rows after it kept), one with no crossing and nothing measured (its step
+    a hair below 1.235 us, so that the microseconds' rounding shows a wrong scale), one with
     a measured crossing and its interval, one measured without an interval."""
     from harness.report import captions
     c = pd.concat([_ceilings(), pd.DataFrame([dict(
@@ -516,7 +521,7 @@ def test_the_caption_reads_whole_as_worked_out_by_hand():
     x = pd.DataFrame([
         dict(d=32, rnn_step_s=nan, rnn_step_bound_s=nan, predicted_T=nan, bound_T=nan,
              counted_T=32.0, measured_T=nan, measured_T_lo=nan, measured_T_hi=nan),
-        dict(d=64, rnn_step_s=2e-6, rnn_step_bound_s=5e-7, predicted_T=nan, bound_T=70.0,
+        dict(d=64, rnn_step_s=1.2349995e-6, rnn_step_bound_s=5e-7, predicted_T=nan, bound_T=70.0,
              counted_T=64.0, measured_T=nan, measured_T_lo=nan, measured_T_hi=nan),
         dict(d=256, rnn_step_s=1.5e-5, rnn_step_bound_s=5e-6, predicted_T=1234.4, bound_T=300.0,
              counted_T=256.0, measured_T=1500.0, measured_T_lo=1200.0, measured_T_hi=2100.0),
@@ -534,7 +539,7 @@ def test_the_caption_reads_whole_as_worked_out_by_hand():
         " Of 3 kernel timings, 2 are bound by compute and 1 by bandwidth; they reach a median "
         "50% of their bound, from 25% (rnn forward, T = 1000, d = 64, float64) to 80% "
         "(attention tiled backward, T = 4096, d = 64, float32)."
-        " At d = 64 the RNN's step takes 2.00 µs, 4.0× its roofline bound " + tail +
+        " At d = 64 the RNN's step takes 1.23 µs, 2.5× its roofline bound " + tail +
         "no crossing, with both at their bounds at T ≈ 70 (counted: T = 64); not bracketed by "
         "the measured lengths."
         " At d = 256 the RNN's step takes 15.00 µs, 3.0× its roofline bound " + tail +

@@ -6,6 +6,7 @@ against the tracer's NumPy forwards; the one-line refusals."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from _deps import require_module
@@ -239,3 +240,19 @@ def test_interp_refuses_a_bad_scan_and_an_output_without_T_on_dimension_minus_2(
     with pytest.raises(UsageError, match=r"the first output of user must be \(\.\.\., T, width\) "
                                          r"with T = 4 on dimension -2, got shape \(1, 2\)"):
         interp.interpret(export.export(built), built)
+
+
+@pytest.mark.parametrize("factory", [_layer, _lstm, _gru])
+def test_the_terms_path_of_a_torch_model_equals_its_dense_twin(factory, monkeypatch):
+    """PyTorch's modules traced with the switch to terms moved down to 16 elements, so that
+    their heads' reshapes, permutes, broadcasts and reductions run on terms (Traced.reshape_kept,
+    transpose, broadcast_to, reduce_axes), against the same trace all dense: the same tables."""
+    import _depth_baseline as B
+    from harness.analysis import field
+    monkeypatch.setattr(field, "DENSE_MAX", 16)
+    got = interp.tables(factory, "user", SEQ, [T], d)
+    with B.all_dense():
+        want = interp.tables(factory, "user", SEQ, [T], d)
+    for g, w in zip(got, want, strict=True):
+        timed = [c for c in g.columns if c.endswith(("_seconds", "_bytes"))]   # the trace's cost
+        pd.testing.assert_frame_equal(g.drop(columns=timed), w.drop(columns=timed))
