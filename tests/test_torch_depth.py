@@ -250,9 +250,10 @@ def test_the_terms_path_of_a_torch_model_equals_its_dense_twin(factory, monkeypa
     import _depth_baseline as B
     from harness.analysis import field
     monkeypatch.setattr(field, "DENSE_MAX", 16)
-    got = interp.tables(factory, "user", SEQ, [T], d)
+    seq = {"X": ("2", "T", "d")}           # two sequences: batch and heads regrouped, (B h, T, T)
+    got = interp.tables(factory, "user", seq, [T], d)
     with B.all_dense():
-        want = interp.tables(factory, "user", SEQ, [T], d)
+        want = interp.tables(factory, "user", seq, [T], d)
     for g, w in zip(got, want, strict=True):
         timed = [c for c in g.columns if c.endswith(("_seconds", "_bytes"))]   # the trace's cost
         pd.testing.assert_frame_equal(g.drop(columns=timed), w.drop(columns=timed))
