@@ -237,6 +237,12 @@ def test_the_mutation_table_is_the_last_runs_counts():
             f"{s['survived']} | {s['suspicious']} | {s['no_tests']} | {100 * caught / n:.1f} % |") in text
     assert (f"Of the {s['survived']} survivors, {equivalent} are equivalent and "
             f"{s['survived'] - equivalent} not worth a test") in text
+    if "recorded" in s:                              # unchanged functions as recorded
+        r = s["recorded"]
+        assert r["same"] <= r["reran"] <= r["mutants"] < s["total"]
+        assert (f"The {s['total'] - r['mutants']:,} mutants of the functions changed since "
+                f"`{r['since']}` ran here") in text
+        assert f"{r['reran']:,} of them ran again here, {r['same']:,} with the verdict" in text
     if "estimate_all" in s:                          # a partial run says what ran
         from scipy.stats import beta
         c, m = s["changed_functions"], s["sample"]

@@ -438,3 +438,19 @@ def test_a_forward_that_lacks_an_input_is_named_by_its_name():
         depth.trace_forward(two, {"X": ("T", "d"), "W": ("d", "d"), "V": ("d",)}, 4, 2, name="mine")
     with pytest.raises(ValueError, match=r"^shapes: two takes no input named 'V'"):
         depth.trace_forward(two, {"X": ("T", "d"), "W": ("d", "d"), "V": ("d",)}, 4, 2)
+
+
+@pytest.mark.parametrize("view", ["transpose", "broadcast_to", "reshape_kept"])
+def test_a_view_of_a_weight_is_that_weight_in_a_product(view):
+    """A product with a transposed, broadcast or reshaped weight is named after the weight's
+    part, as with the weight itself (x_Traced_transpose__mutmut_52/56, broadcast_to _21/_25,
+    reshape_kept _32/_36 dropped the view's leaf, and the product read as "product")."""
+    from harness.analysis import trace
+    g = trace.Graph(weight_parts={"W": "projections"})
+    X = trace.leaf(g, "X", (5, 4), ("T", "d_model"), source_row=0)
+    W = trace.leaf(g, "W", (4, 4), ("d_model", "d_k"))
+    Wv = {"transpose": lambda: W.transpose(), "broadcast_to": lambda: W.broadcast_to((1, 4, 4)),
+          "reshape_kept": lambda: W.reshape_kept((1, 4, 4))}[view]()
+    assert Wv.leaf == "W"
+    X @ Wv
+    assert g.ops[-1].part == "projections"

@@ -227,7 +227,20 @@ def mutation(root):
             f"{100 * caught / n:.1f} % |\n\n"
             f"Of the {s['survived']} survivors, {equivalent} are equivalent and "
             f"{s['survived'] - equivalent} not worth a test; each is listed with its reason "
-            "in `docs/mutation-survivors.tsv`." + _mutation_partial(s))
+            "in `docs/mutation-survivors.tsv`." + _mutation_partial(s) + _mutation_recorded(s))
+
+
+def _mutation_recorded(s):
+    """The sentence of a run whose unchanged functions are counted as an earlier run recorded
+    them (mutation-score.json's ``recorded``): what ran here and what is the record's."""
+    if "recorded" not in s:
+        return ""
+    r = s["recorded"]
+    return (f"\n\nThe {s['total'] - r['mutants']:,} mutants of the functions changed since "
+            f"`{r['since']}` ran here (`tools/mutmut_changed.py {r['since']}`); the "
+            f"{r['mutants']:,} of the functions unchanged since are counted as that run recorded "
+            f"them, and {r['reran']:,} of them ran again here, {r['same']:,} with the verdict "
+            f"recorded.")
 
 
 def _mutation_partial(s):
