@@ -454,3 +454,73 @@ def test_a_view_of_a_weight_is_that_weight_in_a_product(view):
     assert Wv.leaf == "W"
     X @ Wv
     assert g.ops[-1].part == "projections"
+
+
+def _terms_field(rng, shape, how, lead=0, mixed=False):
+    """A Field of ``shape`` held as 2 or 3 terms, each full or one wide on each of its last
+    axes, and on its first ``lead`` axes full on all or on none (``mixed``: the first term full
+    on the first of them alone)."""
+    from harness.analysis.field import Field
+    terms = []
+    for i in range(int(rng.integers(2, 4))):
+        full = rng.random() < 0.5
+        first = [n if (full if not (mixed and i == 0) else j == 0) else 1
+                 for j, n in enumerate(shape[:lead])]
+        sub = tuple(first) + tuple(n if rng.random() < 0.5 else 1 for n in shape[lead:])
+        dtype = np.float32 if how == "min" else np.int32
+        terms.append(rng.integers(0, 50, size=sub).astype(dtype))
+    return Field._raw(shape, terms, how) if hasattr(Field, "_raw") else Field(shape, terms, how)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_reshape_terms_gives_the_dense_reshape_or_declines(seed):
+    """trace._reshape_terms against the dense reshape, on Fields of several terms: one-wide axes
+    added or dropped, and leading axes regrouped before the last two, each must keep terms and
+    give the dense values; any other reshape is declined (x__reshape_terms__mutmut_2 to _69)."""
+    from harness.analysis import trace
+    rng = np.random.default_rng(seed)
+    B, H, T = int(rng.integers(2, 4)), int(rng.integers(2, 4)), int(rng.integers(2, 5))
+    cases = [((B, H, T, T), (B * H, T, T)), ((B * H, T, T), (B, H, T, T)),
+             ((1, H, T, T), (H, T, T)), ((H, T, T), (1, H, 1, T, T)), ((T, T), (1, T, T)),
+             ((1, T, 1, T), (T, T)), ((B, H, T, T), (B, H * T, T))]
+    for src, dst in cases:
+        for how in ("min", "max"):
+            regroup = len(src) > 2 and len(dst) > 2 and src[-2:] == dst[-2:] and \
+                [n for n in src if n != 1] != [n for n in dst if n != 1]
+            f = _terms_field(rng, src, how, lead=len(src) - 2 if regroup else 0)
+            if regroup and len(src) > 3:             # a term full on part of them: declined
+                assert trace._reshape_terms(_terms_field(rng, src, how, len(src) - 2, True),
+                                            dst) is None
+            out = trace._reshape_terms(f, dst)
+            if (src, dst) == cases[-1]:
+                if out is not None:                  # T regrouped into the last two: dense only
+                    np.testing.assert_array_equal(out.dense(), f.dense().reshape(dst))
+                continue
+            assert out is not None, (src, dst)
+            assert out.shape == dst and out.how == how and len(out.terms) >= 1
+            np.testing.assert_array_equal(out.dense(), f.dense().reshape(dst))
+
+
+def test_traced_views_at_their_edges():
+    """broadcast_to refuses what does not broadcast with its own message and labels the new
+    axes "?" (x_Traced_broadcast_to__mutmut_10/13/16/17); reduce_axes drops the axes unless
+    asked, over one axis of a vector by its negative index, and over two axes at once (_1, _9,
+    _22); transpose takes a negative axis of a vector (_23); reshape_kept labels its axes "?"
+    (_38) and gives the plain reshape's values (_3/_5/_8)."""
+    from harness.analysis import trace
+    g = trace.Graph(weight_parts={})
+    X = trace.leaf(g, "X", (3, 1), ("T", "d_model"), source_row=0)
+    with pytest.raises(ValueError, match=r"^trace: cannot broadcast \(3, 1\) to \(1, 4\)$"):
+        X.broadcast_to((1, 4))
+    b = X.broadcast_to((2, 3, 4))
+    assert b.shape == (2, 3, 4) and b.axes == ("?", "T", "d_model")
+    Y = trace.leaf(g, "Y", (2, 3, 4), ("a", "b", "c"), source_row=0)
+    assert Y.reduce_axes("sum", [1]).shape == (2, 4)
+    assert Y.reduce_axes("sum", [1], keepdims=True).shape == (2, 1, 4)
+    assert Y.reduce_axes("max", [0, 2]).shape == (3,)
+    v = trace.leaf(g, "v", (5,), ("T",))
+    assert v.reduce_axes("sum", [-1]).shape == ()
+    assert v.transpose((-1,)).shape == (5,)
+    r = Y.reshape_kept((1, 6, 4))
+    assert r.shape == (1, 6, 4) and r.axes == ("?", "?", "?")
+    np.testing.assert_array_equal(r.dist, Y.reshape(1, 6, 4).dist)
