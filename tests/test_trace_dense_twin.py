@@ -37,9 +37,9 @@ def _traced(fam, form, T, d):
     return B.record(g, outputs, T), [(o.dist.copy(), o.sdepth.copy()) for o in outputs]
 
 
-@pytest.mark.parametrize("d, T", CASES)
-@pytest.mark.parametrize("model", sorted(FORMS))
-def test_a_trace_equals_its_dense_twin(model, d, T, monkeypatch):
+def _equals_its_dense_twin(model, d, T, monkeypatch):
+    """Trace ``model`` at (T, d) as it is and all dense; assert the same records and the same
+    dist and sdepth of every output. Returns whether any field was kept as terms."""
     fam, form = FORMS[model]
     past = []                       # sizes of the fields kept as terms (past DENSE_MAX)
     numel = field._numel
@@ -59,6 +59,13 @@ def test_a_trace_equals_its_dense_twin(model, d, T, monkeypatch):
     for (gd, gs), (wd, ws) in zip(got_out, want_out, strict=True):
         np.testing.assert_array_equal(gd, wd)
         np.testing.assert_array_equal(gs, ws)
+    return terms_path
+
+
+@pytest.mark.parametrize("d, T", CASES)
+@pytest.mark.parametrize("model", sorted(FORMS))
+def test_a_trace_equals_its_dense_twin(model, d, T, monkeypatch):
+    terms_path = _equals_its_dense_twin(model, d, T, monkeypatch)
     # the switch is where it is said to be: below it no field of a product is kept as terms
     # (T x d and every T x T grid small), past it the terms path ran
     if max(T * d, T * T, d * d) <= field.DENSE_MAX:
@@ -94,22 +101,4 @@ def test_the_terms_path_at_small_sizes_equals_its_dense_twin(model, d, T, monkey
     more than 16 kept as terms (reshapes, transposes, broadcasts and reductions of terms
     included) at sizes that trace in milliseconds."""
     monkeypatch.setattr(field, "DENSE_MAX", 16)
-    fam, form = FORMS[model]
-    past = []
-    numel = field._numel
-
-    def counting(shape):
-        n = numel(shape)
-        if n > field.DENSE_MAX:
-            past.append(n)
-        return n
-
-    monkeypatch.setattr(field, "_numel", counting)
-    got, got_out = _traced(fam, form, T, d)
-    assert past, "no field passed the moved switch"
-    with B.all_dense():
-        want, want_out = _traced(fam, form, T, d)
-    assert got == want, {k: (got[k], want[k]) for k in want if got[k] != want[k]}
-    for (gd, gs), (wd, ws) in zip(got_out, want_out, strict=True):
-        np.testing.assert_array_equal(gd, wd)
-        np.testing.assert_array_equal(gs, ws)
+    assert _equals_its_dense_twin(model, d, T, monkeypatch), "no field passed the moved switch"

@@ -38,15 +38,22 @@ _AXPY_MAX = {4: 64, 8: 64}
 # --------------------------------------------------------------------------- forward
 
 @njit(cache=True, error_model="numpy")
-def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
-    # X (T, d_in), W_xh (d_h, d_in), W_hh (d_h, d_h), b (d_h,), h0 (d_h,) -> H (T, d_h)
+def _input_products(X, W_xh, b, H):
+    # H[t] = W_xh x_t + b for every t (one GEMM: the half that parallelises); returns the
+    # step's buffers (a, scratch for tanh)
     T, d_h = H.shape
-    np.dot(X, W_xh.T, H)                 # H[t] = W_xh x_t for every t: one GEMM
+    np.dot(X, W_xh.T, H)
     for t in range(T):
         for i in range(d_h):
             H[t, i] += b[i]
-    scratch = np.empty(d_h, dtype=np.int64)
-    a = np.empty(d_h, dtype=H.dtype)
+    return np.empty(d_h, dtype=H.dtype), np.empty(d_h, dtype=np.int64)
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
+    # X (T, d_in), W_xh (d_h, d_in), W_hh (d_h, d_h), b (d_h,), h0 (d_h,) -> H (T, d_h)
+    T, d_h = H.shape
+    a, scratch = _input_products(X, W_xh, b, H)
     h_prev = h0
     for t in range(T):
         np.dot(W_hh, h_prev, a)          # a = W_hh h_{t-1}: the step that must wait
@@ -65,12 +72,7 @@ def _forward_vec_axpy(X, W_xh, W_hhT, b, h0, use_tanh, H):
     # time, so that a is loaded and stored once per four columns. At small widths a gemv
     # call's fixed cost is most of a step (see _AXPY_MAX for where this form wins).
     T, d_h = H.shape
-    np.dot(X, W_xh.T, H)
-    for t in range(T):
-        for i in range(d_h):
-            H[t, i] += b[i]
-    scratch = np.empty(d_h, dtype=np.int64)
-    a = np.empty(d_h, dtype=H.dtype)
+    a, scratch = _input_products(X, W_xh, b, H)
     h_prev = h0
     d4 = d_h - d_h % 4
     for t in range(T):
