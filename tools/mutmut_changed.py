@@ -14,7 +14,6 @@ for a method (a nested function is mutated as part of the one it is in).
 from __future__ import annotations
 
 import ast
-import fnmatch
 import subprocess
 import sys
 import tomllib
@@ -27,8 +26,7 @@ def modules(root=ROOT):
     """The files ``only_mutate`` names, relative to the root, sorted."""
     with open(root / "pyproject.toml", "rb") as f:
         globs = tomllib.load(f)["tool"]["mutmut"]["only_mutate"]
-    files = {p.relative_to(root).as_posix() for g in globs for p in root.glob(g)}
-    return sorted(f for f in files if any(fnmatch.fnmatch(f, g) for g in globs))
+    return sorted({p.relative_to(root).as_posix() for g in globs for p in root.glob(g)})
 
 
 def functions(source):

@@ -30,8 +30,9 @@ from harness.kernels.vmath import tanh_inplace
 ACTIVATIONS = ("tanh", "identity")
 # The widest W_hh whose unbatched forward runs its step product in the loop (_forward_vec_axpy)
 # rather than as a gemv call, by itemsize. gemv time over loop time, T = 1000, one thread, 9
-# interleaved rounds (Xeon, AVX-512): float32 1.74 / 1.57 / 1.30 at d_h = 16 / 32 / 64, then
-# 0.95 at 128 and 0.83 at 256; float64 1.74 / 1.37 / 1.12, then 0.83 at 128.
+# interleaved rounds (Xeon, AVX-512), quiet: float32 1.59 / 1.32 at d_h = 32 / 64, float64
+# 1.35 / 1.08. At d_h = 128 the loop won quiet (1.14 to 1.34) but lost with mutmut on the other
+# core (0.95 float32, 0.83 float64), and lost at 256 (0.83): the switch stays at 64.
 _AXPY_MAX = {4: 64, 8: 64}
 
 
