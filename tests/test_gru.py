@@ -80,8 +80,7 @@ def test_backward_matches_naive(dtype, batched, bias, h0):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch", [None, 3, 16])
 def test_wider_layers_match_naive(dtype, batch):
-    # d_h = 24, d_in = 7: every loop runs over more than a vector register's width; B = 16 takes
-    # the float32 step copies' blocks of 8 sequences (steps.add_columns, to_rows, to_columns)
+    # d_h = 24, d_in = 7: every loop runs over more than a vector register's width
     rng = np.random.default_rng(4)
     d_in, d_h, t = 7, 24, 9
     X = rng.normal(size=(batch, t, d_in) if batch else (t, d_in)).astype(dtype)

@@ -34,7 +34,7 @@ from numba import njit
 from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels import steps, tiles
-from harness.kernels.blas import matmul
+from harness.kernels.blas import dot, matmul
 from harness.kernels.steps import of_sequence
 from harness.kernels.vmath import exp_shifted_inplace, row_dot, row_max, row_sum, tanh_inplace
 
@@ -68,9 +68,9 @@ def _attend_forward(Q, K, V, scale, causal, A, Y):
     B, T, _ = Q.shape
     scratch = np.empty(T, dtype=np.int64)
     for b in range(B):
-        np.dot(Q[b], K[b].T, A[b])                   # every pair at once: one GEMM
+        dot(Q[b], K[b].T, A[b])                   # every pair at once: one GEMM
         _softmax_rows_inplace(A[b], scale, causal, scratch)
-        np.dot(A[b], V[b], Y[b])                     # the mix: a second GEMM
+        dot(A[b], V[b], Y[b])                     # the mix: a second GEMM
 
 
 @njit(cache=True, error_model="numpy")
@@ -78,15 +78,15 @@ def _attend_backward(Q, K, V, A, dY, scale, dQ, dK, dV, dS):
     # Reverses Y = A V, A = softmax(scale * Q K^T). dS (T, T) is scratch.
     B, T, _ = Q.shape
     for b in range(B):
-        np.dot(A[b].T, dY[b], dV[b])                 # dV = A^T dY
-        np.dot(dY[b], V[b].T, dS)                    # dA = dY V^T
+        dot(A[b].T, dY[b], dV[b])                 # dV = A^T dY
+        dot(dY[b], V[b].T, dS)                    # dA = dY V^T
         Ab = A[b]
         for i in range(T):
             r = row_dot(dS[i], Ab[i], T)
             for j in range(T):                       # softmax: dE_ij = A_ij (dA_ij - sum_k A_ik dA_ik)
                 dS[i, j] = Ab[i, j] * (dS[i, j] - r) * scale
-        np.dot(dS, K[b], dQ[b])                      # dQ = dE K
-        np.dot(dS.T, Q[b], dK[b])                    # dK = dE^T Q
+        dot(dS, K[b], dQ[b])                      # dQ = dE K
+        dot(dS.T, Q[b], dK[b])                    # dK = dE^T Q
 
 
 # The tiled kernels work on TILE_Q query rows against TILE_K key columns at a time.
@@ -133,7 +133,7 @@ def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, Y, L, work, st
                     if w > 0:
                         exp_shifted_inplace(row, w, m_new, scale, scratch)
                         tiles.online_add(row, w, r, m, l, corr, m_new)
-                np.dot(S, V[b, j0:j1], PV[:bq])                       # (bq, d_v)
+                dot(S, V[b, j0:j1], PV[:bq])                       # (bq, d_v)
                 tiles.rescale_add(acc, PV, corr, bq)
             for r in range(bq):
                 inv = 1.0 / l[r]
@@ -407,9 +407,9 @@ def _check_finite(name, a, what):
 @njit(cache=True)
 def _projections(X2, Wq, Wk, Wv, Q, K, V):
     # X2 (B T, d_model): one GEMM per weight over the whole batch, in one compiled call
-    np.dot(X2, Wq, Q)
-    np.dot(X2, Wk, K)
-    np.dot(X2, Wv, V)
+    dot(X2, Wq, Q)
+    dot(X2, Wk, K)
+    dot(X2, Wv, V)
 
 
 _PART_ROWS = 1024       # dX's partial products go through a (1024, d_model) buffer, not (B T, d_model)
@@ -419,18 +419,18 @@ _PART_ROWS = 1024       # dX's partial products go through a (1024, d_model) buf
 def _projection_grads(X2, Wq, Wk, Wv, dQ2, dK2, dV2, dX, dWq, dWk, dWv, part):
     # Reverses Q = X Wq, K = X Wk, V = X Wv: dX = dQ Wq^T + dK Wk^T + dV Wv^T, dW = X^T dQ ...
     # part: (rows, d_model) scratch; dX's second and third terms are added a block at a time.
-    np.dot(dQ2, Wq.T, dX)
+    dot(dQ2, Wq.T, dX)
     rows = part.shape[0]
     for r0 in range(0, dX.shape[0], rows):
         r1 = min(r0 + rows, dX.shape[0])
         p = part[:r1 - r0]
-        np.dot(dK2[r0:r1], Wk.T, p)
+        dot(dK2[r0:r1], Wk.T, p)
         dX[r0:r1] += p
-        np.dot(dV2[r0:r1], Wv.T, p)
+        dot(dV2[r0:r1], Wv.T, p)
         dX[r0:r1] += p
-    np.dot(X2.T, dQ2, dWq)
-    np.dot(X2.T, dK2, dWk)
-    np.dot(X2.T, dV2, dWv)
+    dot(X2.T, dQ2, dWq)
+    dot(X2.T, dK2, dWk)
+    dot(X2.T, dV2, dWv)
 
 
 def _batch3(X):
@@ -474,14 +474,14 @@ def _sample_rows(T):
 def _sampled_scores(Qr, K, S):
     # Qr (B, k, d_k) sampled queries, K (B, T, d_k) -> S (B, k, T) = Qr K^T, one GEMM each
     for b in range(Qr.shape[0]):
-        np.dot(Qr[b], K[b].T, S[b])
+        dot(Qr[b], K[b].T, S[b])
 
 
 @njit(cache=True)
 def _sampled_mix(P, V, Yr):
     # P (B, k, T) sampled weights, V (B, T, d_v) -> Yr (B, k, d_v) = P V
     for b in range(P.shape[0]):
-        np.dot(P[b], V[b], Yr[b])
+        dot(P[b], V[b], Yr[b])
 
 
 def _check_against_forward(Qs, K, V, factor_s, causal, A=None, L=None, Y=None):
@@ -647,9 +647,9 @@ def _project_bits(X2, Wq, Wk, Wv, Q, K, V, uX, uWq, uWk, uWv, uQ, uK, uV, mask, 
     for i in range(4):
         if bits[i] >= inf:
             return
-    np.dot(X2, Wq, Q)
-    np.dot(X2, Wk, K)
-    np.dot(X2, Wv, V)
+    dot(X2, Wq, Q)
+    dot(X2, Wk, K)
+    dot(X2, Wv, V)
     bits[4] = _abs_bits(uQ, mask)
     bits[5] = _abs_bits(uK, mask)
     bits[6] = _abs_bits(uV, mask)
@@ -1034,7 +1034,7 @@ def _alignment_grid(Ps, Ph, va, use_tanh, Tn, E):
                 Ti[j, k] = Ps[i, k] + Ph[j, k]       # the pair's hidden pre-activation
         if use_tanh:
             tanh_inplace(Ti.reshape(T_x * d_a), scratch)
-        np.dot(Ti, va, E[i])                         # e_ij = va . phi(p_ij)
+        dot(Ti, va, E[i])                         # e_ij = va . phi(p_ij)
 
 
 @njit(cache=True, error_model="numpy")

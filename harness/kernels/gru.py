@@ -37,11 +37,10 @@ from numba import njit
 
 from harness.infra import validate as v
 from harness.infra import workspace
-from harness.kernels.blas import matmul
+from harness.kernels.blas import dot, matmul
 from harness.kernels import steps
-from harness.kernels.steps import (add_to, carry_back, carry_buffers, column_buffers,
-                                   first_bad_column, input_products, matvec, nonfinite, row_buffers,
-                                   sigmoid, to_rows)
+from harness.kernels.steps import (add_to, carry_back, carry_buffers, input_products, matvec,
+                                   nonfinite, row_buffers, sigmoid)
 from harness.kernels.vmath import tanh_fast_inplace
 
 GATES = ("r", "z", "n")    # the order of the three row blocks of W_ih, W_hh, b_ih, b_hh
@@ -113,56 +112,11 @@ def _forward_batch(X, W_ih, W_hhT, b_ih, b_hh, h0, cols, H, G, N):
     a, h, scratch = row_buffers(h0, 3 * d_h, 2 * d_h)
     bad_t, bad_r = -1, -1
     for t in range(T):
-        np.dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 3 d_h): one GEMM per step
+        dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 3 d_h): one GEMM per step
         for r in range(B):
             if _step(G[r, t], a[r], N[r, t], b_ih, b_hh, h[r], H[r, t], d_h, scratch) and bad_t < 0:
                 bad_t, bad_r = t, r
             h[r, :] = H[r, t]
-    return bad_t, bad_r
-
-
-@njit(cache=True, error_model="numpy")
-def _forward_batch_cols(X, W_ih, W_hh, b_ih, b_hh, h0, cols, H, G, N):
-    # As _forward_batch, with the step's quantities as columns, (3 d_h, B) and (d_h, B):
-    # a = W_hh h^T. For float32, OpenBLAS runs (3 d_h, d_h) @ (d_h, B) about 1.4 times as fast
-    # as (B, d_h) @ (d_h, 3 d_h) (B = 32, d_h = 256, one thread), more than the transposed
-    # reads and writes of the rows cost; for float64 the rows form is the faster
-    B, T, d_h = H.shape
-    n = 3 * d_h
-    input_products(X, W_ih, G)
-    a, h, scratch = column_buffers(h0, n, 2 * d_h * B)
-    af = a.reshape(n * B)
-    rz, nn = af[:2 * d_h * B], af[2 * d_h * B:]   # r and z rows, n rows: contiguous
-    hn = np.empty((d_h, B), dtype=G.dtype)
-    bad_t, bad_r = -1, -1
-    for t in range(T):
-        np.dot(W_hh, h, a)                         # (3 d_h, d_h) @ (d_h, B): one GEMM per step
-        for j in range(2 * d_h):
-            bj = b_ih[j] + b_hh[j]
-            for r in range(B):
-                a[j, r] = (a[j, r] + G[r, t, j] + bj) * 0.5
-        if bad_t < 0 and nonfinite(rz):
-            bad_t, bad_r = t, first_bad_column(a, 0, 2 * d_h)
-        tanh_fast_inplace(rz, scratch)
-        for m in range(2 * d_h * B):
-            rz[m] = 0.5 + 0.5 * rz[m]
-        for k in range(d_h):
-            bh = b_hh[2 * d_h + k]
-            bi = b_ih[2 * d_h + k]
-            for r in range(B):
-                u = a[2 * d_h + k, r] + bh
-                hn[k, r] = u
-                a[2 * d_h + k, r] = G[r, t, 2 * d_h + k] + bi + a[k, r] * u
-        if bad_t < 0 and nonfinite(nn):
-            bad_t, bad_r = t, first_bad_column(a, 2 * d_h, n)
-        tanh_fast_inplace(nn, scratch)
-        for k in range(d_h):
-            for r in range(B):
-                z = a[d_h + k, r]
-                h[k, r] = (1.0 - z) * a[2 * d_h + k, r] + z * h[k, r]
-        to_rows(a, G, t)                          # back to the caller's layout
-        to_rows(h, H, t)
-        to_rows(hn, N, t)
     return bad_t, bad_r
 
 
@@ -255,8 +209,8 @@ def _check(X, W_ih, W_hh, b_ih, b_hh, h0):
     return v.contiguous("X", X), W_ih, W_hh, biases[0], biases[1], h0, batched
 
 
-_FORWARD = {"cols": _forward_batch_cols, "rows": _forward_batch, "vec": _forward_vec}
-_BACKWARD = {"cols": _backward_batch, "rows": _backward_batch, "vec": _backward_vec}
+_FORWARD = {"rows": _forward_batch, "vec": _forward_vec}
+_BACKWARD = {"rows": _backward_batch, "vec": _backward_vec}
 
 
 def _check_states(X, H, W_ih, W_hh, b_ih, b_hh, h0):
@@ -316,7 +270,7 @@ def forward(X, W_ih, W_hh, b_ih=None, b_hh=None, h0=None):
     workspace.keep("gru", None)                     # the gate buffers are about to change
     G = workspace.buffer("gru_G", X.shape[:-1] + (3 * d_h,), X.dtype)
     N = workspace.buffer("gru_N", H.shape, X.dtype)
-    kind, M, flag = steps.loop(W_hh, batched, forward=True)
+    kind, M, flag = steps.loop(W_hh, batched, forward=True, float32_cols=False)
     bad = _FORWARD[kind](X, W_ih, M, b_ih, b_hh, h0, flag, H, G, N)
     steps.raise_if_overflowed(bad, X, "the GRU",
                               "(W_ih x_t + b_ih, W_hh h_(t-1) + b_hh and their sums)")
@@ -356,7 +310,7 @@ def backward(X, H, W_ih, W_hh, dH, b_ih=None, b_hh=None, h0=None):
         matmul(X.reshape(-1, X.shape[-1]), W_ih.T, G2)   # W_ih x_t for every t: one GEMM
         matmul(Hprev, W_hh.T, P)                          # W_hh h_{t-1} for every t: another
         _gates_from_products(G2, P, N.reshape(-1, d_h), b_ih, b_hh, d_h)
-    kind, M, flag = steps.loop(W_hh, batched, forward=False)
+    kind, M, flag = steps.loop(W_hh, batched, forward=False, float32_cols=False)
     dh0 = _BACKWARD[kind](H, h0, dH, M, flag, G, N)
     dA = G.reshape(-1, 3 * d_h)                     # (B T, 3 d_h): the hidden side's dl/da
     dW_hh = matmul(dA.T, Hprev)                     # sums over every step at once

@@ -61,6 +61,7 @@ from numba import njit
 
 from harness.infra import validate as v
 from harness.infra import workspace
+from harness.kernels.blas import dot
 from harness.kernels.vmath import exp_shifted_inplace, row_dot
 
 METHODS = ("recurrent", "parallel", "chunked")
@@ -263,7 +264,7 @@ def _recurrent_backward(FQ, FK, V1, ell, dY, normalize, dO, dFQ, dFK, dV1, dell,
                     Si[j] = s
                     o[j] += g * s
             _output_grad_row(o, dY[b, t], normalize, dO[b, t])
-            np.dot(S, dO[b, t], dFQ[b, t])           # o'_t = S'_t^T phi(q_t): a GEMV
+            dot(S, dO[b, t], dFQ[b, t])           # o'_t = S'_t^T phi(q_t): a GEMV
         R = S                                        # now the gradient at the state
         R[:] = 0.0
         for c in range(n_seg - 1, -1, -1):
@@ -286,7 +287,7 @@ def _recurrent_backward(FQ, FK, V1, ell, dY, normalize, dO, dFQ, dFK, dV1, dell,
                         r = an * Ri[j] + g * do[j]
                         Ri[j] = r
                         dv[j] += f * r               # dv'_t = R_t^T phi(k_t)
-                np.dot(R, V1[b, t], dFK[b, t])       # dphi(k_t) = R_t v'_t: a GEMV
+                dot(R, V1[b, t], dFK[b, t])       # dphi(k_t) = R_t v'_t: a GEMV
                 if want_dell:
                     prev = marks[c] if t == c0 else seg[t - c0 - 1]
                     acc = 0.0
@@ -327,9 +328,9 @@ def _parallel_forward(FQ, FK, V1, ell, decayed, O, A):
     crow, bits = np.empty(T), np.empty(T, dtype=np.int64)
     for b in range(B):
         c = np.cumsum(ell[b])                        # c_t = sum_{r <= t} log a_r, float64
-        np.dot(FQ[b], FK[b].T, A)                    # every pair at once: one GEMM
+        dot(FQ[b], FK[b].T, A)                    # every pair at once: one GEMM
         _mask(A, c, decayed, crow, bits)             # causal, decayed
-        np.dot(A, V1[b], O[b])                       # the mix: a second GEMM
+        dot(A, V1[b], O[b])                       # the mix: a second GEMM
 
 
 @njit(cache=True, error_model="numpy")
@@ -342,18 +343,18 @@ def _parallel_backward(FQ, FK, V1, ell, decayed, dY, normalize, O, dO, dFQ, dFK,
     crow, bits = np.empty(T), np.empty(T, dtype=np.int64)
     for b in range(B):
         c = np.cumsum(ell[b])
-        np.dot(FQ[b], FK[b].T, A)
+        dot(FQ[b], FK[b].T, A)
         _mask(A, c, decayed, crow, bits)
-        np.dot(A, V1[b], O[b])                       # the forward again: o'_t, for dn_t
+        dot(A, V1[b], O[b])                       # the forward again: o'_t, for dn_t
         _output_grad(O[b], dY[b], normalize, dO[b])
-        np.dot(A.T, dO[b], dV1[b])
-        np.dot(dO[b], V1[b].T, dA)
+        dot(A.T, dO[b], dV1[b])
+        dot(dO[b], V1[b].T, dA)
         if want_dell:
             dell[b] = 0.0
             _split_sums(A, dA, dell[b])
         _mask(dA, c, decayed, crow, bits)
-        np.dot(dA, FK[b], dFQ[b])
-        np.dot(dA.T, FQ[b], dFK[b])
+        dot(dA, FK[b], dFQ[b])
+        dot(dA.T, FQ[b], dFK[b])
 
 
 # ----------------------------------------------------------------------- chunked
@@ -429,7 +430,7 @@ def _hand_on(gend, S, St, e, x, y, buf):
         es = e[s]
         for i in range(d):
             Xd[s, i] = es * x[s, i]
-    np.dot(Xd.T, y, St)
+    dot(Xd.T, y, St)
     for i in range(d):
         for c in range(St.shape[1]):
             S[i, c] = gend * S[i, c] + St[i, c]
@@ -459,12 +460,12 @@ def _chunked_pass(FQ, FK, V1, ell, decayed, C, b, O, states):
         Dm = Db[:n * n].reshape(n, n)
         gend = _chunk_decays(ell[b, j0:j1], decayed, Dm, eq, ek, e, bits)
         A = Ab[:n * n].reshape(n, n)
-        np.dot(q, k.T, A)                            # (n, n) pairs inside the chunk
+        dot(q, k.T, A)                            # (n, n) pairs inside the chunk
         A *= Dm                                      # causal, decayed
-        np.dot(A, vv, o)                             # (n, w)
+        dot(A, vv, o)                             # (n, w)
         if j0 > 0:                                   # what came before the chunk, through S'
             P = Pb[:n * w].reshape(n, w)
-            np.dot(q, S, P)
+            dot(q, S, P)
             for t in range(n):
                 et = eq[t]
                 for c in range(w):
@@ -522,19 +523,19 @@ def _chunked_backward(FQ, FK, V1, ell, decayed, C, dY, normalize, O, dO, dFQ, dF
             Dm = Db[:n * n].reshape(n, n)
             gend = _chunk_decays(ell[b, j0:j1], decayed, Dm, eq, ek, e, bits)
             A, dA = Ab[:n * n].reshape(n, n), dAb[:n * n].reshape(n, n)
-            np.dot(q, k.T, A)
-            np.dot(do, vv.T, dA)
+            dot(q, k.T, A)
+            dot(do, vv.T, dA)
             A *= Dm
             if want_dell:
                 dl[:] = 0.0
                 _split_sums(A, dA, dl)
             dA *= Dm
-            np.dot(A.T, do, dv)                      # inside the chunk
-            np.dot(dA, k, dq)
-            np.dot(dA.T, q, dk)
+            dot(A.T, do, dv)                      # inside the chunk
+            dot(dA, k, dq)
+            dot(dA.T, q, dk)
             Tk = Tb[:n * d_k].reshape(n, d_k)
             if j0 > 0:                               # o' += diag(eq) q S'_prev
-                np.dot(do, states[b, jc].T, Tk)
+                dot(do, states[b, jc].T, Tk)
                 for t in range(n):
                     et = eq[t]
                     for i in range(d_k):
@@ -545,7 +546,7 @@ def _chunked_backward(FQ, FK, V1, ell, decayed, C, dY, normalize, O, dO, dFQ, dF
                         acc += eq[t] * row_dot(q[t], Tk[t], d_k)
                         dl[t] += acc
             if j1 < T:                               # S'_end = gend S'_prev + (ek ⊙ k)^T v'
-                np.dot(vv, G.T, Tk)
+                dot(vv, G.T, Tk)
                 Kd = Kb[:n * d_k].reshape(n, d_k)
                 for s in range(n):
                     es = ek[s]
@@ -565,7 +566,7 @@ def _chunked_backward(FQ, FK, V1, ell, decayed, C, dY, normalize, O, dO, dFQ, dF
                         for r in range(n):
                             dl[r] += gend * both
                 Tw = Tb[:n * w].reshape(n, w)
-                np.dot(Kd, G, Tw)
+                dot(Kd, G, Tw)
                 for s in range(n):
                     for c in range(w):
                         dv[s, c] += Tw[s, c]
@@ -578,9 +579,9 @@ def _chunked_backward(FQ, FK, V1, ell, decayed, C, dY, normalize, O, dO, dFQ, dF
 @njit(cache=True)
 def _projections(X2, Wq, Wk, Wv1, Q, K, V1):
     # X2 (B T, d_model); q_t = W_q x_t for every t is Q = X W_q^T: one GEMM per weight
-    np.dot(X2, Wq.T, Q)
-    np.dot(X2, Wk.T, K)
-    np.dot(X2, Wv1.T, V1)
+    dot(X2, Wq.T, Q)
+    dot(X2, Wk.T, K)
+    dot(X2, Wv1.T, V1)
 
 
 _PART_ROWS = 1024       # dX's later terms go through a (1024, d_model) buffer, not (B T, d_model)
@@ -590,18 +591,18 @@ _PART_ROWS = 1024       # dX's later terms go through a (1024, d_model) buffer, 
 def _projection_grads(X2, Wq, Wk, Wv1, dQ, dK, dV1, dX, dWq, dWk, dWv1, part):
     # Reverses Q = X W_q^T, K = X W_k^T, V' = X W_v'^T: dX = dQ W_q + dK W_k + dV' W_v',
     # dW_q = dQ^T X, ... The zero row of W_v' (the normaliser's column) drops dV''s last column.
-    np.dot(dQ, Wq, dX)
+    dot(dQ, Wq, dX)
     rows = part.shape[0]
     for r0 in range(0, dX.shape[0], rows):
         r1 = min(r0 + rows, dX.shape[0])
         p = part[:r1 - r0]
-        np.dot(dK[r0:r1], Wk, p)
+        dot(dK[r0:r1], Wk, p)
         dX[r0:r1] += p
-        np.dot(dV1[r0:r1], Wv1, p)
+        dot(dV1[r0:r1], Wv1, p)
         dX[r0:r1] += p
-    np.dot(dQ.T, X2, dWq)
-    np.dot(dK.T, X2, dWk)
-    np.dot(dV1.T, X2, dWv1)
+    dot(dQ.T, X2, dWq)
+    dot(dK.T, X2, dWk)
+    dot(dV1.T, X2, dWv1)
 
 
 @njit(cache=True, error_model="numpy")

@@ -23,8 +23,8 @@ from numba import njit
 
 from harness.infra import validate as v
 from harness.infra import workspace
-from harness.kernels.blas import matmul
-from harness.kernels.steps import column_buffers, of_sequence, raise_if_not_finite, row_buffers
+from harness.kernels.blas import dot, matmul
+from harness.kernels.steps import of_sequence, raise_if_not_finite, row_buffers
 from harness.kernels.vmath import tanh_inplace
 
 ACTIVATIONS = ("tanh", "identity")
@@ -43,7 +43,7 @@ def _input_products(X, W_xh, b, H):
     # H[t] = W_xh x_t + b for every t (one GEMM: the half that parallelises); returns the
     # step's buffers (a, scratch for tanh)
     T, d_h = H.shape
-    np.dot(X, W_xh.T, H)
+    dot(X, W_xh.T, H)
     for t in range(T):
         for i in range(d_h):
             H[t, i] += b[i]
@@ -57,7 +57,7 @@ def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
     a, scratch = _input_products(X, W_xh, b, H)
     h_prev = h0
     for t in range(T):
-        np.dot(W_hh, h_prev, a)          # a = W_hh h_{t-1}: the step that must wait
+        dot(W_hh, h_prev, a)          # a = W_hh h_{t-1}: the step that must wait
         h = H[t]
         for i in range(d_h):
             h[i] += a[i]
@@ -101,17 +101,20 @@ def _forward_batch(X, W_xh, W_hhT, b, h0, use_tanh, H):
     # X (B, T, d_in), h0 (B, d_h) -> H (B, T, d_h), in the caller's batch-major layout:
     # the step's rows H[:, t] are strided, so each step works in a contiguous (B, d_h) buffer.
     # W_hhT is W_hh^T made contiguous: OpenBLAS's NN gemm beat the NT one by 7 % here
-    # (B = 32, d_h = 256, float32, one thread, median of 9 interleaved rounds)
+    # (B = 32, d_h = 256, float32, one thread, median of 9 interleaved rounds). On NumPy's
+    # OpenBLAS (``blas.dot``) this rows form also beat the columns one, (d_h, d_h) @ (d_h, B)
+    # with H's rows read and written transposed: 154 against 166 ms (float32, T = 1000, 7
+    # interleaved rounds); on SciPy's the columns form had been the faster for float32.
     B, T, d_h = H.shape
     d_in = X.shape[2]
     Hf = H.reshape(B * T, d_h)
-    np.dot(X.reshape(B * T, d_in), W_xh.T, Hf)   # every input product at once
+    dot(X.reshape(B * T, d_in), W_xh.T, Hf)   # every input product at once
     for r in range(B * T):
         for i in range(d_h):
             Hf[r, i] += b[i]
     a, h, scratch = row_buffers(h0, d_h, B * d_h)   # a, h (B, d_h): swapped every step
     for t in range(T):
-        np.dot(h, W_hhT, a)                      # (B, d_h) @ (d_h, d_h): one GEMM per step
+        dot(h, W_hhT, a)                      # (B, d_h) @ (d_h, d_h): one GEMM per step
         for r in range(B):
             for i in range(d_h):
                 a[r, i] += H[r, t, i]
@@ -121,31 +124,6 @@ def _forward_batch(X, W_xh, W_hhT, b, h0, use_tanh, H):
             for i in range(d_h):
                 H[r, t, i] = a[r, i]
         h, a = a, h                              # swap buffers: nothing allocated per step
-
-
-@njit(cache=True, error_model="numpy")
-def _forward_batch_cols(X, W_xh, W_hh, b, h0, use_tanh, H):
-    # As _forward_batch, with the step's states as columns, (d_h, B): a = W_hh h^T. For
-    # float32, SciPy's OpenBLAS (the one Numba calls) runs (d_h, d_h) @ (d_h, B) at
-    # 108 GFLOP/s and (B, d_h) @ (d_h, d_h) at 81 (B = 32, d_h = 256, one thread); the
-    # transposed reads and writes of H's rows cost less than that difference (102 -> 94
-    # ms for B = 32, T = 1000). For float64 both forms run at 50 and the rows form stays.
-    B, T, d_h = H.shape
-    d_in = X.shape[2]
-    np.dot(X.reshape(B * T, d_in), W_xh.T, H.reshape(B * T, d_h))   # every input product at once
-    a, h, scratch = column_buffers(h0, d_h, B * d_h)
-    for t in range(T):
-        np.dot(W_hh, h, a)                       # (d_h, d_h) @ (d_h, B): one GEMM per step
-        for i in range(d_h):
-            bi = b[i]
-            for r in range(B):
-                a[i, r] += H[r, t, i] + bi
-        if use_tanh:
-            tanh_inplace(a.reshape(B * d_h), scratch)
-        for r in range(B):
-            for i in range(d_h):
-                H[r, t, i] = a[i, r]
-        h, a = a, h
 
 
 # -------------------------------------------------------------------------- backward
@@ -167,9 +145,9 @@ def _backward_vec(H, M, vec_left, dH, use_tanh, dA):
             for i in range(d_h):
                 da[i] = dH[t, i] + carry[i]
         if vec_left:                           # carry = W_hh^T da_t
-            np.dot(da, M, carry)
+            dot(da, M, carry)
         else:
-            np.dot(M, da, carry)
+            dot(M, da, carry)
     return carry
 
 
@@ -190,7 +168,7 @@ def _backward_batch(H, W_hh, dH, use_tanh, dA):
                     da[r, i] = dH[r, t, i] + carry[r, i]
             for i in range(d_h):
                 dA[r, t, i] = da[r, i]
-        np.dot(da, W_hh, carry)                # rows: (W_hh^T da_t)^T = da_t^T W_hh
+        dot(da, W_hh, carry)                # rows: (W_hh^T da_t)^T = da_t^T W_hh
     return carry
 
 
@@ -313,9 +291,9 @@ def _steps_blas_only(W, H, a, steps_left):
     # W @ (d_h, B).
     for t in range(H.shape[0]):
         if steps_left:
-            np.dot(H[t], W, a)
+            dot(H[t], W, a)
         else:
-            np.dot(W, H[t], a)
+            dot(W, H[t], a)
 
 
 def forward_blas_only(X, W_xh, W_hh):
@@ -385,10 +363,7 @@ def forward(X, W_xh, W_hh, b=None, h0=None, activation="tanh"):
         _forward_unbatched(X, W_xh, W_hh, b, h0, use_tanh, H)
     else:
         H = np.empty(X.shape[:2] + (d_h,), dtype=X.dtype)
-        if X.dtype == np.float32:
-            _forward_batch_cols(X, W_xh, W_hh, b, h0, use_tanh, H)
-        else:
-            _forward_batch(X, W_xh, np.ascontiguousarray(W_hh.T), b, h0, use_tanh, H)
+        _forward_batch(X, W_xh, np.ascontiguousarray(W_hh.T), b, h0, use_tanh, H)
     _check_finite(H, "h_t")
     return H
 

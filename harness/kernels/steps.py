@@ -1,16 +1,16 @@
 """What the step-by-step recurrences share (``harness.kernels.lstm`` and ``gru``; ``rnn``'s
 and ``lru``'s messages): the input products before the loop, the product a step waits for
-(``matvec``, ``carry_back``) and which loop runs a call (``loop``), a step's state as columns,
+(``matvec``, ``carry_back``) and which loop runs a call (``loop``), a step's product as columns,
 the checks that name the step where a value stopped being finite, and the bookkeeping by which
 a backward knows it was handed the values (not merely the arrays) of the forward that left its
 buffers.
 
-The batched float32 loops keep a step's values as (n, B) columns, so that the gates of one
-sequence are contiguous for the vectorised tanh; ``to_columns`` and ``to_rows`` copy one step
-between that and the caller's (B, T, n) layout.
+The LSTM's batched float32 loops take a step's product as (n, B) columns (W_hh h^T forward,
+W_hh^T da backward); ``add_columns`` and ``to_columns`` move one step between that and the
+caller's (B, T, n) layout.
 
-The batched loops take their buffers from ``row_buffers``, ``column_buffers`` (forward) and
-``carry_buffers`` (backward); each family writes its own loops over steps and sequences around
+The batched loops take their buffers from ``row_buffers`` (forward) and ``carry_buffers``
+(backward); each family writes its own loops over steps and sequences around
 its own cell. One loop taking the cell as an argument compiles, but Numba does not cache a
 function that takes a function: measured here (Numba 0.68.1), a second process found no cache
 entry for it and compiled it again, as every process would, where the families' loops load
@@ -24,7 +24,7 @@ from numba import njit
 
 from harness.infra import validate as v
 from harness.infra import workspace
-from harness.kernels.blas import matmul
+from harness.kernels.blas import dot, matmul
 
 
 # --------------------------------------------------------------------------- compiled
@@ -68,12 +68,6 @@ def _blocked_copy(a, A, t, to_A):
 
 
 @njit(cache=True, error_model="numpy")
-def to_rows(a, A, t):
-    # A[r, t, :] = a[:, r] for every r
-    _blocked_copy(a, A, t, True)
-
-
-@njit(cache=True, error_model="numpy")
 def to_columns(A, t, a):
     # a[:, r] = A[r, t, :] for every r
     _blocked_copy(a, A, t, False)
@@ -104,7 +98,7 @@ def add_columns(A, t, a):
 def input_products(X, W_ih, G):
     # G = W_ih x for every (sequence, step) at once, one GEMM before the loop, which then adds
     # only what waits for h_{t-1}: X (..., d_in) -> G (..., n), both C-contiguous
-    np.dot(X.reshape(-1, X.shape[-1]), W_ih.T, G.reshape(-1, G.shape[-1]))
+    dot(X.reshape(-1, X.shape[-1]), W_ih.T, G.reshape(-1, G.shape[-1]))
 
 
 @njit(cache=True, error_model="numpy")
@@ -116,20 +110,13 @@ def row_buffers(h0, n, scratch_size):
 
 
 @njit(cache=True, error_model="numpy")
-def column_buffers(h0, n, scratch_size):
-    # As row_buffers, with a step's values as columns: a (n, B), the state h0^T (d_h, B)
-    return (np.empty((n, h0.shape[0]), dtype=h0.dtype), np.ascontiguousarray(h0.T),
-            np.empty(scratch_size, dtype=np.int64))
-
-
-@njit(cache=True, error_model="numpy")
 def matvec(M, x, vec_left, out):
     # out = x M if vec_left, else M x: the product one step of an unbatched loop waits for, in
     # the form ``vec_operands`` chose for M
     if vec_left:
-        np.dot(x, M, out)
+        dot(x, M, out)
     else:
-        np.dot(M, x, out)
+        dot(M, x, out)
 
 
 @njit(cache=True, error_model="numpy")
@@ -167,22 +154,12 @@ def carry_back(G, t, M, cols, da, cc, carry):
     # copied to rows: for float32, OpenBLAS runs that form faster by more than the copies cost
     if cols:
         to_columns(G, t, da)
-        np.dot(M, da, cc)
+        dot(M, da, cc)
         carry[:, :] = cc.T
     else:
         for r in range(G.shape[0]):
             da[r, :] = G[r, t]
-        np.dot(da, M, carry)
-
-
-@njit(cache=True)
-def first_bad_column(a, j0, j1):
-    # the first column r with a non-finite a[j0:j1, r]
-    for r in range(a.shape[1]):
-        for j in range(j0, j1):
-            if not np.isfinite(a[j, r]):
-                return r
-    return -1
+        dot(da, M, carry)
 
 
 # --------------------------------------------------------------------------- checks
@@ -296,13 +273,14 @@ def first_off(bad, B, batched):
     return row, k, t, of_sequence(seq, batched)
 
 
-def loop(W_hh, batched, forward):
+def loop(W_hh, batched, forward, float32_cols=True):
     """Which compiled loop of a gated recurrence runs a call, and what it takes: (kind, M, flag).
-    "cols" for float32 batches (a step's values as (n, B) columns: W_hh @ h forward, W_hh^T @ da
-    backward), "rows" for float64 batches (h @ W_hh^T, da @ W_hh), "vec" unbatched. The flag is
-    vec_left for "vec" (M and it from ``vec_operands``), True for "cols" and False for "rows": the
-    batched backward is one loop that reads it (``carry_back``), the batched forwards do not."""
-    if batched and W_hh.dtype == np.float32:
+    "cols" for float32 batches when ``float32_cols`` (a step's values as (n, B) columns: W_hh @ h
+    forward, W_hh^T @ da backward), "rows" for the other batches (h @ W_hh^T, da @ W_hh), "vec"
+    unbatched. The flag is vec_left for "vec" (M and it from ``vec_operands``), True for "cols"
+    and False for "rows": the batched backward is one loop that reads it (``carry_back``), the
+    batched forwards do not."""
+    if batched and W_hh.dtype == np.float32 and float32_cols:
         return "cols", (W_hh if forward else np.ascontiguousarray(W_hh.T)), True
     if batched:
         return "rows", (np.ascontiguousarray(W_hh.T) if forward else W_hh), False

@@ -5,11 +5,12 @@ functions did)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
-import math
-
+from harness.kernels.blas import dot
 from harness.kernels.vmath import row_dot, row_max, row_sum
 
 
@@ -60,7 +61,7 @@ def query_tile(Q, dY, K_j, P_all, dP_all, g, i0, tile_q):
     bq, bk = i1 - i0, K_j.shape[0]
     Q_i = Q[g, i0:i1]
     P = P_all[:bq * bk].reshape(bq, bk)
-    np.dot(Q_i, K_j.T, P)
+    dot(Q_i, K_j.T, P)
     return Q_i, dY[g, i0:i1], P, dP_all[:bq * bk].reshape(bq, bk)
 
 
@@ -68,9 +69,9 @@ def query_tile(Q, dY, K_j, P_all, dP_all, g, i0, tile_q):
 def add_dQ_dK(dP, Q_i, K_j, tmp_q, tk_k, dQ, dK_j, g, i0):
     # dQ_i += dE K_j,  dK_j += dE^T Q_i   (E = scale Q K^T; dP holds dE, (bq, bk))
     bq = dP.shape[0]
-    np.dot(dP, K_j, tmp_q[:bq])
+    dot(dP, K_j, tmp_q[:bq])
     dQ[g, i0:i0 + bq] += tmp_q[:bq]
-    np.dot(dP.T, Q_i, tk_k)
+    dot(dP.T, Q_i, tk_k)
     dK_j += tk_k
 
 
@@ -91,7 +92,7 @@ def scores(Q_i, K_j, S_all):
     # S = Q_i K_j^T (bq, bk), the scores unscaled, on S_all
     bq, bk = Q_i.shape[0], K_j.shape[0]
     S = S_all[:bq * bk].reshape(bq, bk)
-    np.dot(Q_i, K_j.T, S)
+    dot(Q_i, K_j.T, S)
     return S
 
 
@@ -138,9 +139,9 @@ def rescale_add(acc, PV, corr, bq):
 @njit(cache=True, error_model="numpy")
 def add_dV_dP(P, dY_i, V_j, tk_v, dV_j, dP):
     # dV_j += P^T dY_i (Y = A V), and dP = dY_i V_j^T
-    np.dot(P.T, dY_i, tk_v)
+    dot(P.T, dY_i, tk_v)
     dV_j += tk_v
-    np.dot(dY_i, V_j.T, dP)
+    dot(dY_i, V_j.T, dP)
 
 
 @njit(cache=True, error_model="numpy")

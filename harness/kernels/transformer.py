@@ -46,7 +46,7 @@ from numba.extending import intrinsic
 from harness.infra import validate as v
 from harness.infra import workspace
 from harness.kernels import tiles
-from harness.kernels.blas import matmul
+from harness.kernels.blas import dot, matmul
 from harness.kernels.vmath import (_EXP_FLOOR, _F_EXP_FLOOR, _F_HALF, _F_INV_LN2, _F_LN2_HI,
                                    _F_LN2_LO, _F_ONE, _expm1_reduced, _expm1f_reduced, _pow2_bits,
                                    _reduce, _round_k, row_dot, row_max, row_sum)
@@ -295,7 +295,7 @@ def _attend_forward(Q, K, V, scale, causal, rows, P_all, inv_l, O):
         off = 0
         for i0 in range(0, T_q, step):
             i1, bq, w, S = _row_block(P_all[g], off, i0, step, T_q, T_k, causal)
-            np.dot(Q[g, i0:i1], K[g, :w].T, S)               # the block's scores: one GEMM
+            dot(Q[g, i0:i1], K[g, :w].T, S)               # the block's scores: one GEMM
             for r in range(bq):
                 row = S[r]
                 i = i0 + r
@@ -304,14 +304,14 @@ def _attend_forward(Q, K, V, scale, causal, rows, P_all, inv_l, O):
                 _exp_shifted(row, width, m, scale)
                 total = row_sum(row, width)
                 if total < floor:                            # the bound is too far: redo the row
-                    np.dot(K[g, :width], Q[g, i], row[:width])
+                    dot(K[g, :width], Q[g, i], row[:width])
                     _exp_shifted(row, width, row_max(row, width), scale)
                     total = row_sum(row, width)
                 inv_l[g, i] = 1.0 / total
                 for j in range(width, w):
                     row[j] = 0.0
             O_i = O[g, i0:i1]
-            np.dot(S, V[g, :w], O_i)                         # the mix: a second GEMM
+            dot(S, V[g, :w], O_i)                         # the mix: a second GEMM
             for r in range(bq):
                 c = inv_l[g, i0 + r]
                 for k in range(d_v):
@@ -347,7 +347,7 @@ def _attend_backward(Q, K, V, P_all, inv_l, O, dO, scale, causal, rows, dQ, dK, 
                 c = inv_l[g, i]
                 for k in range(d_v):
                     dOs[r, k] = dO[g, i, k] * c
-            np.dot(dOs, V[g, :w].T, dS)                      # dA' = dO' V^T
+            dot(dOs, V[g, :w].T, dS)                      # dA' = dO' V^T
             for r in range(bq):
                 i = i0 + r
                 c = row_dot(dO[g, i], O[g, i], d_v) * inv_l[g, i]
@@ -357,17 +357,17 @@ def _attend_backward(Q, K, V, P_all, inv_l, O, dO, scale, causal, rows, dQ, dK, 
                     t, p_t, d_t, s0, s1 = _dominant(p, e, w, 0.5 / inv_l[g, i], scale)
                     if p_t > 0.0:                            # sum_{k != t} P_k (dA'_k - dA'_t)
                         e[t] = -scale * p_t * inv_l[g, i] * (s1 - s0 * d_t)
-            np.dot(dS, K[g, :w], dQ[g, i0:i1])               # dQ = dE K
+            dot(dS, K[g, :w], dQ[g, i0:i1])               # dQ = dE K
             if causal:                                       # earlier blocks also reach these keys
                 t_v = tmp[:w * d_v].reshape(w, d_v)
-                np.dot(P.T, dOs, t_v)
+                dot(P.T, dOs, t_v)
                 dV[g, :w] += t_v
                 t_k = tmp[:w * d_k].reshape(w, d_k)
-                np.dot(dS.T, Q[g, i0:i1], t_k)
+                dot(dS.T, Q[g, i0:i1], t_k)
                 dK[g, :w] += t_k
             else:
-                np.dot(P.T, dOs, dV[g])                      # dV = P^T dO'
-                np.dot(dS.T, Q[g], dK[g])                    # dK = dE^T Q
+                dot(P.T, dOs, dV[g])                      # dV = P^T dO'
+                dot(dS.T, Q[g], dK[g])                    # dK = dE^T Q
             off += bq * w
 
 
@@ -393,7 +393,7 @@ def _tile_bounded(Q, K, V, scale, causal, i0, tile_k, m, l, S_all, PV, acc):
                 _exp_shifted(row, w, m[r], scale)
                 l[r] += row_sum(row, w)
             row[max(w, 0):] = 0.0
-        np.dot(S, V[j0:j1], PV[:bq])                          # (bq, d_v)
+        dot(S, V[j0:j1], PV[:bq])                          # (bq, d_v)
         for r in range(bq):
             for k in range(d_v):
                 acc[r, k] += PV[r, k]
@@ -420,7 +420,7 @@ def _tile_online(Q, K, V, scale, causal, i0, tile_k, m, l, corr, S_all, PV, acc)
             if w > 0:
                 _exp_shifted(row, w, m_new, scale)
                 tiles.online_add(row, w, r, m, l, corr, m_new)
-        np.dot(S, V[j0:j1], PV[:bq])
+        dot(S, V[j0:j1], PV[:bq])
         tiles.rescale_add(acc, PV, corr, bq)
 
 
@@ -484,7 +484,7 @@ def _query_tile(Q, dO, K_j, P_all, dP_all, g, i0, tile_q, causal, j0):
     bq = i1 - i0
     n = min(K_j.shape[0], i1 - j0) if causal else K_j.shape[0]
     P = P_all[:bq * n].reshape(bq, n)
-    np.dot(Q[g, i0:i1], K_j[:n].T, P)
+    dot(Q[g, i0:i1], K_j[:n].T, P)
     return Q[g, i0:i1], dO[g, i0:i1], P, dP_all[:bq * n].reshape(bq, n), n
 
 
