@@ -116,7 +116,7 @@ class CompileTime(common.Benchmark):
 
 def gemm_peak_gflops(dtype, n=2048):
     """This machine's GEMM rate: the best (n x n) @ (n x n) product of several, on the BLAS
-    the kernels call (SciPy's OpenBLAS through Numba, see harness.kernels.blas), not NumPy's copy."""
+    the kernels call, from compiled code (``harness.kernels.blas.dot``: NumPy's OpenBLAS)."""
     rng = np.random.default_rng(common.SEED)
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)

@@ -5,7 +5,8 @@ As the Empirical Roofline Toolkit and likwid-bench do, on one thread
 median of the rounds with its 95 % bootstrap interval:
 
 * ``measure_ceilings``: peak FLOP/s per dtype through the kernels' own BLAS (a square GEMM
-  by NumPy's ``@`` and by Numba's ``np.dot``, which calls SciPy's OpenBLAS) and in a
+  by NumPy's ``@`` and by the compiled kernels' ``blas.dot``, NumPy's OpenBLAS called from
+  compiled code) and in a
   compiled FMA loop (``harness.kernels.roofline.fma_chains``); the bandwidth of each cache
   level and of memory by a read-only sum and a STREAM triad at working sets sized from the
   caches the OS reports (``cache_sizes``, L3 capped at the share one core counts on:
@@ -147,7 +148,8 @@ def level_of(nbytes, caches):
 def blas_libraries():
     """{"numpy": text, "scipy": text}: each OpenBLAS (or other BLAS) threadpoolctl sees, as
     "internal_api version architecture, N threads", keyed by the package that ships it (NumPy's
-    ``@`` calls numpy's, Numba's ``np.dot`` scipy's); OPENBLAS_CORETYPE is read, never set."""
+    ``@`` and the kernels' ``blas.dot`` call numpy's; Numba's ``np.dot`` scipy's);
+    OPENBLAS_CORETYPE is read, never set."""
     from harness.infra import machine  # noqa: F401  (loads SciPy's BLAS, so that both are seen)
     from threadpoolctl import threadpool_info
     out = {}
@@ -167,7 +169,7 @@ def ceiling_calls(config=DEFAULT, caches=None):
     """{ceiling key: (call, work, row)}: the no-argument calls the ceilings time, the work one
     call does (flops, or bytes), and the row's fixed columns. Compiles every kernel first."""
     from harness.kernels import roofline as rk
-    from harness.kernels.blas import matmul
+    from harness.kernels.blas import LIBRARY, matmul
     caches = caches if caches is not None else cache_sizes()[0]
     rng = np.random.default_rng(config.seed)
     blas = blas_libraries()
@@ -184,9 +186,9 @@ def ceiling_calls(config=DEFAULT, caches=None):
                                       blas=blas.get("numpy", "")))
         matmul(A[:2, :2], B[:2, :2])                           # compile outside the clock
         out["gemm_numba", dt] = ((lambda A=A, B=B, C=C2: matmul(A, B, C)), flops,
-                                 dict(ceiling="gemm (Numba np.dot)", dtype=dt, level=COMPUTE,
+                                 dict(ceiling="gemm (kernels' dot)", dtype=dt, level=COMPUTE,
                                       working_set_bytes=3 * A.nbytes, unit="GFLOP/s",
-                                      blas=blas.get("scipy", "")))
+                                      blas=blas.get("numpy", "") if LIBRARY else blas.get("scipy", "")))
         x = rng.uniform(0.1, 0.9, rk.FMA_LANES).astype(dt)
         y = x.copy()
         beta = np.dtype(dt).type(0.5)

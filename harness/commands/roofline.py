@@ -9,7 +9,7 @@ HELP = "measure the machine's ceilings (FLOP/s, bandwidth per cache level) and p
 DESCRIPTION = """\
 Measure this machine's ceilings on one thread, as the Empirical Roofline Toolkit
 does: peak FLOP/s per dtype through the kernels' own BLAS (a square GEMM by NumPy
-and by Numba's np.dot) and in a compiled FMA loop, and the bandwidth of L1, L2, L3
+and by the compiled kernels' dot) and in a compiled FMA loop, and the bandwidth of L1, L2, L3
 and memory (a read-only sum and a STREAM triad at working sets sized from the
 caches the OS reports). Then time every registered family's kernels, forward and
 backward, at their benchmark sizes and place each on the roofline: flops (2 x the

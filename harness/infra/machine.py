@@ -12,9 +12,10 @@ import platform
 
 import numba
 import numpy as np
-# Numba's np.dot calls SciPy's OpenBLAS, a second library beside NumPy's. Load it
-# now, so that threadpoolctl sees both and a thread limit reaches the kernels too
-# (a limit set before it loads would leave it at its default thread count).
+# The kernels call NumPy's OpenBLAS (harness.kernels.blas.dot), but where NumPy ships none
+# they fall back to Numba's np.dot, which calls SciPy's OpenBLAS. Load it now, so that
+# threadpoolctl sees both and a thread limit reaches the kernels either way (a limit set
+# before it loads would leave it at its default thread count).
 import scipy.linalg.cython_blas  # noqa: F401
 from threadpoolctl import threadpool_info, threadpool_limits
 
