@@ -279,3 +279,94 @@ def test_the_semantic_mutation_table_is_its_csvs_counts():
     for r in rows:
         if r["caught"] != "yes":
             assert f"`{r['id']}` ({r['note']})" in text
+
+
+# ------------------------------------------------- the generated summaries of the speed tables
+
+def _floats(row, *keys):
+    return [float(row[k]) for k in keys]
+
+
+def test_the_compare_overview_counts_each_familys_rows_by_their_interval():
+    """Counted again with the csv module: ahead when the interval lies above 1, behind when
+    below, level when it holds 1; every row behind is listed with its speed-up."""
+    with open(DOCS / "compare_summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    text = harness_docs.render("compare_overview")
+    families = list(dict.fromkeys(r["model"] for r in rows))
+    behind = []
+    for fam in families + ["all"]:
+        mine = [r for r in rows if fam in ("all", r["model"])]
+        n = {"ahead": 0, "level": 0, "behind": 0}
+        for r in mine:
+            lo, hi = _floats(r, "speedup_lo", "speedup_hi")
+            n["ahead" if lo > 1 else "behind" if hi < 1 else "level"] += 1
+            if hi < 1 and fam != "all":
+                behind.append(r)
+        speed = sorted(float(r["speedup_vs_fastest"]) for r in mine)
+        median = float(np.median(speed))
+        assert (f"| {fam} | {len(mine)} | {n['ahead']} | {n['level']} | {n['behind']} | "
+                f"{median:.2f}× | {speed[0]:.2f}× |") in text
+    assert f"{len(behind)} of the {len(rows)} rows are behind" in text
+    for r in behind:
+        s, lo, hi = _floats(r, "speedup_vs_fastest", "speedup_lo", "speedup_hi")
+        assert (f"| {r['model']} | {r['kernel']} | {r['batch']} | {int(r['T']):,} | {r['d']} | "
+                f"{r['dtype']} | {r['direction']} | {r['fastest_peer']} | {s:.2f}× "
+                f"[{lo:.2f}, {hi:.2f}] |") in text
+    listed = [ln for ln in text.splitlines() if ln.count("|") == 11 and ln[2:3].isalpha()
+              and "family" not in ln]
+    assert len(listed) == len(behind)
+
+
+def test_a_row_whose_interval_touches_1_is_level_not_behind_or_ahead():
+    assert harness_docs._verdict(1.0, 1.2) == "level" and harness_docs._verdict(0.8, 1.0) == "level"
+    assert harness_docs._verdict(1.0001, 1.2) == "ahead" and harness_docs._verdict(0.8, 0.9999) == "behind"
+
+
+def test_the_roofline_summary_counts_the_kernels_at_half_their_bound_and_above_it(tmp_path):
+    with open(DOCS / "roofline.csv", newline="") as f:
+        fr = [float(r["fraction"]) for r in csv.DictReader(f)]
+    text = harness_docs.render("roofline_kernels")
+    half = sum(x >= 0.5 for x in fr)
+    assert f"{half} of the {len(fr)} kernels reach at least half of their bound" in text
+    assert f"the median fraction is {np.median(fr):.0%}" in text
+    assert ("run above their bound" in text) == any(x > 1 for x in fr)
+    # both sides of each rule, on a table of four kernels
+    (tmp_path / "docs").mkdir()
+    for name in ("measurements.csv",):
+        (tmp_path / "docs" / name).write_text((DOCS / name).read_text())
+    d = pd.read_csv(DOCS / "roofline.csv").head(4).copy()
+    d["fraction"] = [0.49, 0.5, 1.0, 1.01]
+    d.to_csv(tmp_path / "docs" / "roofline.csv", index=False)
+    text = harness_docs.render("roofline_kernels", root=tmp_path)
+    assert "3 of the 4 kernels reach at least half" in text and "and 1 run above" in text
+    d["fraction"] = [0.2, 0.3, 0.4, 1.0]
+    d.to_csv(tmp_path / "docs" / "roofline.csv", index=False)
+    text = harness_docs.render("roofline_kernels", root=tmp_path)
+    assert "1 of the 4 kernels reach at least half" in text and "above their bound" not in text
+
+
+def test_the_crossover_sentence_places_each_prediction_against_its_measured_interval(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "measurements.csv").write_text((DOCS / "measurements.csv").read_text())
+    d = pd.read_csv(DOCS / "roofline_crossover.csv")
+    row = d.iloc[0].copy()
+    cases = [(100, 90, 110, "falls inside"), (80, 90, 110, "falls below"),
+             (120, 90, 110, "falls above"), (90, 90, 110, "falls inside")]
+    for predicted, lo, hi, words in cases:
+        t = pd.DataFrame([row]).assign(predicted_T=predicted, measured_T=100, measured_T_lo=lo,
+                                       measured_T_hi=hi, rnn_step_s=3e-6, rnn_step_bound_s=1e-6)
+        t.to_csv(tmp_path / "docs" / "roofline_crossover.csv", index=False)
+        text = harness_docs.render("roofline_crossover", root=tmp_path)
+        assert (f"the prediction, {predicted:,}, {words} the measured interval (100, "
+                f"{lo}–{hi}), and the RNN's step takes 3.0 × its bound") in text
+    t = t.assign(measured_T_lo=np.nan, measured_T_hi=np.nan)
+    t.to_csv(tmp_path / "docs" / "roofline_crossover.csv", index=False)
+    assert "against 100 measured, with no interval" in harness_docs.render("roofline_crossover",
+                                                                           root=tmp_path)
+    # the committed run, read with the csv module
+    text = harness_docs.render("roofline_crossover")
+    with open(DOCS / "roofline_crossover.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            p = float(r["predicted_T"])
+            assert f"at d = {r['d']} the prediction" in text and f"{p:,.0f}" in text

@@ -327,6 +327,40 @@ def speed(root, family):
             + "\n".join(lines))
 
 
+def _verdict(lo, hi):
+    """'ahead' (the speed-up's interval above 1), 'behind' (below 1) or 'level' (it holds 1)."""
+    return "ahead" if lo > 1 else "behind" if hi < 1 else "level"
+
+
+def compare_overview(root):
+    """Every family's rows of the committed ``harness compare`` counted by their interval
+    against the fastest peer (ahead, level, behind), with the median speed-up; then every row
+    behind, with its fastest peer and its harness time over the GEMM floor where it has one."""
+    d = _pd().read_csv(root / "docs" / "compare_summary.csv")
+    d = d.assign(verdict=[_verdict(lo, hi) for lo, hi in zip(d.speedup_lo, d.speedup_hi)])
+    lines = ["| family | rows | ahead | level | behind | median speed-up | lowest |",
+             "|---|---|---|---|---|---|---|"]
+    for fam, g in list(d.groupby("model", sort=False)) + [("all", d)]:
+        counts = g.verdict.value_counts()
+        lines.append(f"| {fam} | {len(g)} | {counts.get('ahead', 0)} | {counts.get('level', 0)} | "
+                     f"{counts.get('behind', 0)} | {g.speedup_vs_fastest.median():.2f}× | "
+                     f"{g.speedup_vs_fastest.min():.2f}× |")
+    behind = d[d.verdict == "behind"]
+    text = (f"A row is ahead when the 95 % interval of its speed-up (the fastest peer's time over "
+            f"the harness's) lies above 1, behind when it lies below, level when it holds 1. "
+            f"{len(behind)} of the {len(d)} rows are behind:")
+    rows = ["| family | kernel | batch | T | d | dtype | direction | fastest peer | "
+            "speed-up [95 %] | harness / its GEMMs |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in behind.itertuples():
+        gemm = getattr(r, "harness_over_gemm", float("nan"))
+        rows.append(f"| {r.model} | {r.kernel} | {r.batch} | {r.T:,} | {r.d} | {r.dtype} | "
+                    f"{r.direction} | {r.fastest_peer} | {r.speedup_vs_fastest:.2f}× "
+                    f"[{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] | "
+                    f"{'—' if gemm != gemm else f'{gemm:.2f}'} |")
+    return (provenance(root, "docs/compare_summary.csv") + libraries_caption(d) + "\n\n"
+            + "\n".join(lines) + "\n\n" + text + ("\n\n" + "\n".join(rows) if len(behind) else ""))
+
+
 def libraries_caption(rows):
     """The libraries the rows ran on (compare_summary.csv's ``libraries`` column: each BLAS
     with its version, kernel architecture and threads, torch's and XLA's), one sentence;
@@ -374,7 +408,13 @@ def roofline_kernels(root):
                      f"{r.dtype} | {r.intensity:.2f} | {r.bound / 1e9:.1f} | {r.bound_kind} | "
                      f"{_interval(r.achieved / 1e9, r.achieved_lo / 1e9, r.achieved_hi / 1e9, '.2f')} | "
                      f"{r.fraction:.0%} |")
-    return provenance(root, "docs/roofline.csv") + "\n\n" + "\n".join(lines)
+    half, above = int((d.fraction >= 0.5).sum()), int((d.fraction > 1).sum())
+    text = (f"{half} of the {len(d)} kernels reach at least half of their bound; the median "
+            f"fraction is {d.fraction.median():.0%}"
+            + (f", and {above} run above their bound (a bytes model that counts bytes the kernel "
+               f"does not move, or ceilings taken at a busier moment than the kernel)" if above
+               else "") + ".")
+    return provenance(root, "docs/roofline.csv") + "\n\n" + "\n".join(lines) + "\n\n" + text
 
 
 def roofline_crossover(root):
@@ -390,7 +430,21 @@ def roofline_crossover(root):
                      f"{_interval(r.measured_T, r.measured_T_lo, r.measured_T_hi, ',.0f')} | "
                      f"{r.rnn_step_s * 1e6:.2f} µs | {r.rnn_step_bound_s * 1e6:.2f} µs | "
                      f"{r.rnn_step_read_s * 1e6:.2f} µs ({r.w_hh_level}) |")
-    return provenance(root, "docs/roofline_crossover.csv") + "\n\n" + "\n".join(lines)
+    said = []
+    for r in d.itertuples():
+        step = f"the RNN's step takes {r.rnn_step_s / r.rnn_step_bound_s:.1f} × its bound"
+        if r.measured_T_lo != r.measured_T_lo:          # no interval: too few crossings
+            said.append(f"at d = {r.d} the prediction is {r.predicted_T:,.0f} against "
+                        f"{r.measured_T:,.0f} measured, with no interval, and {step}")
+            continue
+        side = ("inside" if r.measured_T_lo <= r.predicted_T <= r.measured_T_hi
+                else "below" if r.predicted_T < r.measured_T_lo else "above")
+        said.append(f"at d = {r.d} the prediction, {r.predicted_T:,.0f}, falls {side} the "
+                    f"measured interval ({r.measured_T:,.0f}, {r.measured_T_lo:,.0f}–"
+                    f"{r.measured_T_hi:,.0f}), and {step}")
+    text = "In this run " + "; ".join(said) + "."
+    return (provenance(root, "docs/roofline_crossover.csv") + "\n\n" + "\n".join(lines) + "\n\n"
+            + text)
 
 
 # ----------------------------------------------------------------------------- --torch's cost
@@ -436,6 +490,7 @@ TABLES = {"claims": claims, "trace_cost": trace_cost, "neighbour": neighbour,
           "mutation": mutation, "semantic_mutations": semantic_mutations, "timings": timings,
           "roofline_ceilings": roofline_ceilings, "roofline_kernels": roofline_kernels,
           "roofline_crossover": roofline_crossover, "torch_trace_cost": torch_trace_cost,
+          "compare_overview": compare_overview,
           **{f"speed_{f}": (lambda root, f=f: speed(root, f)) for f in FAMILIES}}
 
 
