@@ -69,9 +69,9 @@ def _attend_forward(Q, K, V, scale, causal, A, Y):
     B, T, _ = Q.shape
     scratch = np.empty(T, dtype=np.int64)
     for b in range(B):
-        dot(Q[b], K[b].T, A[b])                   # every pair at once: one GEMM
+        dot(Q[b], K[b].T, A[b])                      # every pair at once: one GEMM
         _softmax_rows_inplace(A[b], scale, causal, scratch)
-        dot(A[b], V[b], Y[b])                     # the mix: a second GEMM
+        dot(A[b], V[b], Y[b])                        # the mix: a second GEMM
 
 
 @njit(cache=True, error_model="numpy")
@@ -79,15 +79,15 @@ def _attend_backward(Q, K, V, A, dY, scale, dQ, dK, dV, dS):
     # Reverses Y = A V, A = softmax(scale * Q K^T). dS (T, T) is scratch.
     B, T, _ = Q.shape
     for b in range(B):
-        dot(A[b].T, dY[b], dV[b])                 # dV = A^T dY
-        dot(dY[b], V[b].T, dS)                    # dA = dY V^T
+        dot(A[b].T, dY[b], dV[b])                    # dV = A^T dY
+        dot(dY[b], V[b].T, dS)                       # dA = dY V^T
         Ab = A[b]
         for i in range(T):
             r = row_dot(dS[i], Ab[i], T)
             for j in range(T):                       # softmax: dE_ij = A_ij (dA_ij - sum_k A_ik dA_ik)
                 dS[i, j] = Ab[i, j] * (dS[i, j] - r) * scale
-        dot(dS, K[b], dQ[b])                      # dQ = dE K
-        dot(dS.T, Q[b], dK[b])                    # dK = dE^T Q
+        dot(dS, K[b], dQ[b])                         # dQ = dE K
+        dot(dS.T, Q[b], dK[b])                       # dK = dE^T Q
 
 
 # The tiled kernels work on TILE_Q query rows against TILE_K key columns at a time.
@@ -134,7 +134,7 @@ def _attend_forward_tiled(Q, K, V, scale, causal, tile_q, tile_k, Y, L, work, st
                     if w > 0:
                         exp_shifted_inplace(row, w, m_new, scale, scratch)
                         tiles.online_add(row, w, r, m, l, corr, m_new)
-                dot(S, V[b, j0:j1], PV[:bq])                       # (bq, d_v)
+                dot(S, V[b, j0:j1], PV[:bq])                          # (bq, d_v)
                 tiles.rescale_add(acc, PV, corr, bq)
             for r in range(bq):
                 inv = 1.0 / l[r]
@@ -1065,7 +1065,7 @@ def _alignment_grid(Ps, Ph, va, use_tanh, Tn, E):
                 Ti[j, k] = Ps[i, k] + Ph[j, k]       # the pair's hidden pre-activation
         if use_tanh:
             tanh_inplace(Ti.reshape(T_x * d_a), scratch)
-        dot(Ti, va, E[i])                         # e_ij = va . phi(p_ij)
+        dot(Ti, va, E[i])                            # e_ij = va . phi(p_ij)
 
 
 @njit(cache=True, error_model="numpy")

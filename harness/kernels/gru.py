@@ -112,7 +112,7 @@ def _forward_batch(X, W_ih, W_hhT, b_ih, b_hh, h0, cols, H, G, N):
     a, h, scratch = row_buffers(h0, 3 * d_h, 2 * d_h)
     bad_t, bad_r = -1, -1
     for t in range(T):
-        dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 3 d_h): one GEMM per step
+        dot(h, W_hhT, a)                   # (B, d_h) @ (d_h, 3 d_h): one GEMM per step
         for r in range(B):
             if _step(G[r, t], a[r], N[r, t], b_ih, b_hh, h[r], H[r, t], d_h, scratch) and bad_t < 0:
                 bad_t, bad_r = t, r

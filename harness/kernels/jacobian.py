@@ -35,7 +35,7 @@ def probe_backward(WT, u, S, m, V, L):
         # forward: h_i = phi(W_hh h_{i-1} + W_xh x_i)  =>  dl/dh_{i-1} = W_hh^T (phi'_i * dl/dh_i)
         for j in range(d_h):
             w[j] = S[i, j] * v[j]
-        dot(WT, w, v)                      # (d_h,) into v: no allocation in the loop
+        dot(WT, w, v)                         # (d_h,) into v: no allocation in the loop
         ss = 0.0
         for j in range(d_h):
             ss += v[j] * v[j]
@@ -70,7 +70,7 @@ def jacobian_products(W, S, m, P, logs):
         for r in range(d_h):                  # cur @ diag(phi'_i): scale the columns
             for c in range(d_h):
                 Q[r, c] = cur[r, c] * S[i, c]
-        dot(Q, W, cur)                     # (d_h, d_h) into cur: no allocation in the loop
+        dot(Q, W, cur)                        # (d_h, d_h) into cur: no allocation in the loop
         ss = 0.0
         for r in range(d_h):
             for c in range(d_h):

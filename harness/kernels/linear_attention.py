@@ -264,7 +264,7 @@ def _recurrent_backward(FQ, FK, V1, ell, dY, normalize, dO, dFQ, dFK, dV1, dell,
                     Si[j] = s
                     o[j] += g * s
             _output_grad_row(o, dY[b, t], normalize, dO[b, t])
-            dot(S, dO[b, t], dFQ[b, t])           # o'_t = S'_t^T phi(q_t): a GEMV
+            dot(S, dO[b, t], dFQ[b, t])              # o'_t = S'_t^T phi(q_t): a GEMV
         R = S                                        # now the gradient at the state
         R[:] = 0.0
         for c in range(n_seg - 1, -1, -1):
@@ -287,7 +287,7 @@ def _recurrent_backward(FQ, FK, V1, ell, dY, normalize, dO, dFQ, dFK, dV1, dell,
                         r = an * Ri[j] + g * do[j]
                         Ri[j] = r
                         dv[j] += f * r               # dv'_t = R_t^T phi(k_t)
-                dot(R, V1[b, t], dFK[b, t])       # dphi(k_t) = R_t v'_t: a GEMV
+                dot(R, V1[b, t], dFK[b, t])          # dphi(k_t) = R_t v'_t: a GEMV
                 if want_dell:
                     prev = marks[c] if t == c0 else seg[t - c0 - 1]
                     acc = 0.0
@@ -328,9 +328,9 @@ def _parallel_forward(FQ, FK, V1, ell, decayed, O, A):
     crow, bits = np.empty(T), np.empty(T, dtype=np.int64)
     for b in range(B):
         c = np.cumsum(ell[b])                        # c_t = sum_{r <= t} log a_r, float64
-        dot(FQ[b], FK[b].T, A)                    # every pair at once: one GEMM
+        dot(FQ[b], FK[b].T, A)                       # every pair at once: one GEMM
         _mask(A, c, decayed, crow, bits)             # causal, decayed
-        dot(A, V1[b], O[b])                       # the mix: a second GEMM
+        dot(A, V1[b], O[b])                          # the mix: a second GEMM
 
 
 @njit(cache=True, error_model="numpy")
@@ -345,7 +345,7 @@ def _parallel_backward(FQ, FK, V1, ell, decayed, dY, normalize, O, dO, dFQ, dFK,
         c = np.cumsum(ell[b])
         dot(FQ[b], FK[b].T, A)
         _mask(A, c, decayed, crow, bits)
-        dot(A, V1[b], O[b])                       # the forward again: o'_t, for dn_t
+        dot(A, V1[b], O[b])                          # the forward again: o'_t, for dn_t
         _output_grad(O[b], dY[b], normalize, dO[b])
         dot(A.T, dO[b], dV1[b])
         dot(dO[b], V1[b].T, dA)
@@ -460,9 +460,9 @@ def _chunked_pass(FQ, FK, V1, ell, decayed, C, b, O, states):
         Dm = Db[:n * n].reshape(n, n)
         gend = _chunk_decays(ell[b, j0:j1], decayed, Dm, eq, ek, e, bits)
         A = Ab[:n * n].reshape(n, n)
-        dot(q, k.T, A)                            # (n, n) pairs inside the chunk
+        dot(q, k.T, A)                               # (n, n) pairs inside the chunk
         A *= Dm                                      # causal, decayed
-        dot(A, vv, o)                             # (n, w)
+        dot(A, vv, o)                                # (n, w)
         if j0 > 0:                                   # what came before the chunk, through S'
             P = Pb[:n * w].reshape(n, w)
             dot(q, S, P)
@@ -530,7 +530,7 @@ def _chunked_backward(FQ, FK, V1, ell, decayed, C, dY, normalize, O, dO, dFQ, dF
                 dl[:] = 0.0
                 _split_sums(A, dA, dl)
             dA *= Dm
-            dot(A.T, do, dv)                      # inside the chunk
+            dot(A.T, do, dv)                         # inside the chunk
             dot(dA, k, dq)
             dot(dA.T, q, dk)
             Tk = Tb[:n * d_k].reshape(n, d_k)

@@ -120,7 +120,7 @@ def _forward_batch(X, W_ih, W_hhT, b, h0, c0, cols, H, C, G):
     a, h, scratch = row_buffers(h0, 4 * d_h, 4 * d_h)
     bad_t, bad_r = -1, -1
     for t in range(T):
-        dot(h, W_hhT, a)                # (B, d_h) @ (d_h, 4 d_h): one GEMM per step
+        dot(h, W_hhT, a)                   # (B, d_h) @ (d_h, 4 d_h): one GEMM per step
         for r in range(B):
             g = G[r, t]
             add_into(g, a[r])
@@ -148,7 +148,7 @@ def _forward_batch_cols(X, W_ih, W_hh, b, h0, c0, cols, H, C, G):
     scratch = np.empty(4 * d_h, dtype=np.int64)
     bad_t, bad_r = -1, -1
     for t in range(T):
-        dot(W_hh, h.T, a)               # (4 d_h, d_h) @ (d_h, B): one GEMM per step
+        dot(W_hh, h.T, a)                  # (4 d_h, d_h) @ (d_h, B): one GEMM per step
         add_columns(G, t, a)               # G[r, t] += a[:, r]
         for r in range(B):
             g = G[r, t]

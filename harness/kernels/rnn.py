@@ -57,7 +57,7 @@ def _forward_vec(X, W_xh, W_hh, b, h0, use_tanh, H):
     a, scratch = _input_products(X, W_xh, b, H)
     h_prev = h0
     for t in range(T):
-        dot(W_hh, h_prev, a)          # a = W_hh h_{t-1}: the step that must wait
+        dot(W_hh, h_prev, a)             # a = W_hh h_{t-1}: the step that must wait
         h = H[t]
         for i in range(d_h):
             h[i] += a[i]
@@ -108,13 +108,13 @@ def _forward_batch(X, W_xh, W_hhT, b, h0, use_tanh, H):
     B, T, d_h = H.shape
     d_in = X.shape[2]
     Hf = H.reshape(B * T, d_h)
-    dot(X.reshape(B * T, d_in), W_xh.T, Hf)   # every input product at once
+    dot(X.reshape(B * T, d_in), W_xh.T, Hf)      # every input product at once
     for r in range(B * T):
         for i in range(d_h):
             Hf[r, i] += b[i]
     a, h, scratch = row_buffers(h0, d_h, B * d_h)   # a, h (B, d_h): swapped every step
     for t in range(T):
-        dot(h, W_hhT, a)                      # (B, d_h) @ (d_h, d_h): one GEMM per step
+        dot(h, W_hhT, a)                         # (B, d_h) @ (d_h, d_h): one GEMM per step
         for r in range(B):
             for i in range(d_h):
                 a[r, i] += H[r, t, i]
@@ -168,7 +168,7 @@ def _backward_batch(H, W_hh, dH, use_tanh, dA):
                     da[r, i] = dH[r, t, i] + carry[r, i]
             for i in range(d_h):
                 dA[r, t, i] = da[r, i]
-        dot(da, W_hh, carry)                # rows: (W_hh^T da_t)^T = da_t^T W_hh
+        dot(da, W_hh, carry)                   # rows: (W_hh^T da_t)^T = da_t^T W_hh
     return carry
 
 

@@ -295,7 +295,7 @@ def _attend_forward(Q, K, V, scale, causal, rows, P_all, inv_l, O):
         off = 0
         for i0 in range(0, T_q, step):
             i1, bq, w, S = _row_block(P_all[g], off, i0, step, T_q, T_k, causal)
-            dot(Q[g, i0:i1], K[g, :w].T, S)               # the block's scores: one GEMM
+            dot(Q[g, i0:i1], K[g, :w].T, S)                  # the block's scores: one GEMM
             for r in range(bq):
                 row = S[r]
                 i = i0 + r
@@ -311,7 +311,7 @@ def _attend_forward(Q, K, V, scale, causal, rows, P_all, inv_l, O):
                 for j in range(width, w):
                     row[j] = 0.0
             O_i = O[g, i0:i1]
-            dot(S, V[g, :w], O_i)                         # the mix: a second GEMM
+            dot(S, V[g, :w], O_i)                            # the mix: a second GEMM
             for r in range(bq):
                 c = inv_l[g, i0 + r]
                 for k in range(d_v):
@@ -347,7 +347,7 @@ def _attend_backward(Q, K, V, P_all, inv_l, O, dO, scale, causal, rows, dQ, dK, 
                 c = inv_l[g, i]
                 for k in range(d_v):
                     dOs[r, k] = dO[g, i, k] * c
-            dot(dOs, V[g, :w].T, dS)                      # dA' = dO' V^T
+            dot(dOs, V[g, :w].T, dS)                         # dA' = dO' V^T
             for r in range(bq):
                 i = i0 + r
                 c = row_dot(dO[g, i], O[g, i], d_v) * inv_l[g, i]
@@ -357,7 +357,7 @@ def _attend_backward(Q, K, V, P_all, inv_l, O, dO, scale, causal, rows, dQ, dK, 
                     t, p_t, d_t, s0, s1 = _dominant(p, e, w, 0.5 / inv_l[g, i], scale)
                     if p_t > 0.0:                            # sum_{k != t} P_k (dA'_k - dA'_t)
                         e[t] = -scale * p_t * inv_l[g, i] * (s1 - s0 * d_t)
-            dot(dS, K[g, :w], dQ[g, i0:i1])               # dQ = dE K
+            dot(dS, K[g, :w], dQ[g, i0:i1])                  # dQ = dE K
             if causal:                                       # earlier blocks also reach these keys
                 t_v = tmp[:w * d_v].reshape(w, d_v)
                 dot(P.T, dOs, t_v)
@@ -366,8 +366,8 @@ def _attend_backward(Q, K, V, P_all, inv_l, O, dO, scale, causal, rows, dQ, dK, 
                 dot(dS.T, Q[g, i0:i1], t_k)
                 dK[g, :w] += t_k
             else:
-                dot(P.T, dOs, dV[g])                      # dV = P^T dO'
-                dot(dS.T, Q[g], dK[g])                    # dK = dE^T Q
+                dot(P.T, dOs, dV[g])                         # dV = P^T dO'
+                dot(dS.T, Q[g], dK[g])                       # dK = dE^T Q
             off += bq * w
 
 
@@ -393,7 +393,7 @@ def _tile_bounded(Q, K, V, scale, causal, i0, tile_k, m, l, S_all, PV, acc):
                 _exp_shifted(row, w, m[r], scale)
                 l[r] += row_sum(row, w)
             row[max(w, 0):] = 0.0
-        dot(S, V[j0:j1], PV[:bq])                          # (bq, d_v)
+        dot(S, V[j0:j1], PV[:bq])                             # (bq, d_v)
         for r in range(bq):
             for k in range(d_v):
                 acc[r, k] += PV[r, k]
