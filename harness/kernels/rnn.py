@@ -305,8 +305,6 @@ def forward_blas_only(X, W_xh, W_hh):
     inputs = np.empty((B * T, d_h), dtype=X.dtype)
     if not batched:
         steps, W, a, left = np.zeros((T, d_h), X.dtype), W_hh, np.empty(d_h, X.dtype), False
-    elif X.dtype == np.float32:                  # _forward_batch_cols: W_hh @ (d_h, B)
-        steps, W, a, left = np.zeros((T, d_h, B), X.dtype), W_hh, np.empty((d_h, B), X.dtype), False
     else:                                        # _forward_batch: (B, d_h) @ W_hh^T
         steps, W, a, left = (np.zeros((T, B, d_h), X.dtype), np.ascontiguousarray(W_hh.T),
                              np.empty((B, d_h), X.dtype), True)
