@@ -236,3 +236,21 @@ def test_plain_backward_names_a_gradient_that_overflows():
     dY = np.full((16, 7), 3e38, dtype=np.float32)
     with pytest.raises(FloatingPointError, match="the gradient .* overflows float32"):
         at.backward(X, *W, A, dY)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_copy_made_while_scanning_is_exact_and_finds_what_abs_bits_finds(dtype):
+    U, mask, inf = at._U[np.dtype(dtype).itemsize]
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((7, 11)) * 3).astype(dtype)
+    x[0, 0] = -0.0
+    for bad in (None, np.inf, -np.inf, np.nan):
+        src = x.copy()
+        if bad is not None:
+            src[3, 4] = bad
+        dst = np.full_like(src, 5.0)
+        m = at._copy_abs_bits(dst, src, U(mask))
+        np.testing.assert_array_equal(dst.view(U), src.view(U))       # bit for bit, -0.0 and NaN
+        assert m == at._abs_bits(src.reshape(-1).view(U), U(mask))
+        assert (m >= U(inf)) == (bad is not None)
+    assert at._value_of(at._abs_bits(x.reshape(-1).view(U), U(mask)), x) == np.abs(x).max()
