@@ -130,10 +130,26 @@ def test_tiled_attention_reads_keys_and_values_again_per_query_tile_when_they_do
 def test_a_kernels_flops_are_twice_the_traced_multiplications(family, kernel):
     T, d = 6, 8
     tr = depth.trace_model(R.KERNELS[family, kernel][1], T, d)
-    traced = sum(tr.macs_by_part().values())
+    real = R.REAL_MULTIPLICATIONS.get((family, kernel), {})
+    traced = sum(n * real.get(part, 1) for part, n in tr.macs_by_part().items())
     assert R.kernel_flops(family, kernel, "forward", 1, T, d) == 2 * traced
     assert R.kernel_flops(family, kernel, "forward", 3, T, d) == 3 * 2 * traced
     assert R.kernel_flops(family, kernel, "backward", 1, T, d) == 2 * 2 * traced
+
+
+def test_the_lrus_flops_count_its_complex_arithmetic_in_real_operations():
+    # a brute count of the real operations of h_t = lam * h_(t-1) + B x_t, x real, lam and
+    # B complex: B x_t is d_h d real-by-complex products (2 multiplications, 2 additions
+    # each); lam * h is a complex product (4 multiplications, 2 additions), + u_t 2 additions
+    T, d = 7, 5
+    ops = 0
+    for t in range(T):
+        for i in range(d):
+            for k in range(d):
+                ops += 2 + 2                     # Re and Im of b_ik x_k, accumulated
+            ops += 4 + 2 + 2                     # lam_i h_i, then + u_i
+    assert R.kernel_flops("lru", "default", "forward", 1, T, d) == ops
+    assert R.kernel_flops("lru", "default", "backward", 2, T, d) == 2 * 2 * ops
 
 
 def rnn_backward_products(T, d):

@@ -13,7 +13,7 @@ median of the rounds with its 95 % bootstrap interval:
   ``usable_caches``): half of L1d, of L2 and of L3, and ``memory_multiple`` x L3;
 * ``measure_kernels``: each registered family's compared kernels (``Compared``), forward
   and backward, at their benchmark sizes: flops from the traced forms' closed-form counts
-  (``Form.macs``; 2 flops a multiplication), bytes from ``BYTES`` (one model per kernel),
+  (``Form.macs``; 2 flops a real multiplication), bytes from ``BYTES`` (one model per kernel),
   the bound min(peak, intensity x bandwidth of the level the working set fits in), the
   achieved rate and the fraction of the bound it reaches;
 * ``crossover``: where the RNN's T dependent steps and attention's T x T products take the
@@ -416,6 +416,12 @@ KERNELS = {
     ("linear_attention", "recurrent"): (la_recurrent_bytes, "linear_attention"),
 }
 BACKWARD_FACTOR = 2     # a backward's flops: 2 x its forward's (two products per forward product)
+# real multiplications per traced multiplication, by part, where a kernel's operands are complex:
+# the LRU's B and lam are (real X times complex B: 2; complex lam times complex h: 4, its
+# two additions and + u_t's two then make 8 flops, 2 x 4). Every other part counts 1.
+REAL_MULTIPLICATIONS = {
+    ("lru", "default"): {"input": 2, "recurrence": 4},
+}
 
 
 def kernel_bytes(family, kernel, direction, batch, T, d, itemsize, resident):
@@ -426,10 +432,12 @@ def kernel_bytes(family, kernel, direction, batch, T, d, itemsize, resident):
 
 
 def kernel_flops(family, kernel, direction, batch, T, d):
-    """2 x the traced form's multiplications (``Form.macs``, every part) x batch; a
-    backward ``BACKWARD_FACTOR`` x its forward (no family counts its backward apart)."""
+    """2 x the traced form's multiplications (``Form.macs``, every part, each counted in real
+    multiplications: ``REAL_MULTIPLICATIONS``) x batch; a backward ``BACKWARD_FACTOR`` x its
+    forward (no family counts its backward apart)."""
     form = models.form(KERNELS[family, kernel][1])[1]
-    flops = 2 * batch * sum(form.macs(T, d).values())
+    real = REAL_MULTIPLICATIONS.get((family, kernel), {})
+    flops = 2 * batch * sum(n * real.get(part, 1) for part, n in form.macs(T, d).items())
     return flops * (BACKWARD_FACTOR if direction == "backward" else 1)
 
 
