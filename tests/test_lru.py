@@ -126,6 +126,38 @@ def test_the_scan_reference_and_the_loop_reference_equal_the_kernel():
         assert rel(fam.scan_forward(X3, lam, B)[0], lru.forward(X3, lam, B)) <= 1e-12
 
 
+@pytest.mark.parametrize("prec", [np.float32, np.float64])
+def test_the_complex_scan_in_real_arithmetic_gives_the_complex_loops_bits(prec):
+    X, lam, B, h = make(11, prec, "complex", True, "full", t=150, d_in=5, d_h=37)
+    cplx = lru.COMPLEX[np.dtype(prec)]
+    U = np.empty(X.shape[:-1] + (37,), dtype=cplx)
+    lru._input_products(X, B, U)
+    h03 = h.astype(cplx)
+    want = U.copy()
+    lru._scan_sequential(want, lam, h03, False)            # Numba's complex arithmetic
+    got = U.copy()
+    lru._scan_complex(got.view(prec), lam.real.copy(), lam.imag.copy(), h03.view(prec))
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("prec", [np.float32, np.float64])
+@pytest.mark.parametrize("t", [lru.BACK_BLOCK - 1, lru.BACK_BLOCK, 2 * lru.BACK_BLOCK + 5])
+def test_the_one_pass_backward_matches_naive_over_several_blocks(prec, t):
+    # the sequential complex backward reads its blocks upwards and scans them down: across
+    # block edges, G and dlam as the naive loop's, and as the scan-then-sum of the other
+    # methods (and dH itself never written)
+    X, lam, B, h = make(12, prec, "complex", True, "full", t=t)
+    H = lru.forward(X, lam, B, h)
+    dH = upstream(H)
+    keep = dH.copy()
+    g = lru.backward(X, H, lam, B, dH, h)
+    assert np.array_equal(dH, keep)
+    _check_grads(g, naive.lru_backward(X, lam, B, dH, h), X, lam, B, h, TOL[prec])
+    other = lru.backward(X, H, lam, B, dH, h, method="chunked", chunks=1)
+    for a, b in zip(g, other):
+        assert rel(a, b) <= TOL[prec]
+
+
 def test_scan_multiplications_closed_form():
     for n in range(1, 14):
         assert fam.scan_multiplications(2 ** n) == 2 * 2 ** n - 3

@@ -26,12 +26,13 @@ def as_float_array(name, x, ndims, dtype=None):
     return contiguous(name, as_float_view(name, x, ndims, dtype))
 
 
-def as_float_view(name, x, ndims, dtype=None):
+def as_float_view(name, x, ndims, dtype=None, finite_known=False):
     """``as_float_array``'s checks without its copy: ``x`` as it came (a view, maybe strided).
 
     Nothing of ``x``'s full size is allocated, so a wrapper can count the copy with its own
     buffers (``check_memory(..., inputs=...)``) before ``contiguous`` makes it. A broadcast
-    input (zero strides, ``np.broadcast_to``) is checked finite on its distinct values only.
+    input (zero strides, ``np.broadcast_to``) is checked finite on its distinct values only;
+    with ``finite_known``, not at all (the caller has checked them, more cheaply).
     """
     if isinstance(ndims, int):
         ndims = (ndims,)
@@ -60,7 +61,7 @@ def as_float_view(name, x, ndims, dtype=None):
             raise ValueError(f"{name} has a zero-length axis {axis} (shape {x.shape}); "
                              f"T and every width must be at least 1.")
     u = distinct(x)
-    if not np.isfinite(u).all():
+    if not finite_known and not np.isfinite(u).all():
         bad = int(u.size - np.count_nonzero(np.isfinite(u))) * (x.size // u.size)
         raise ValueError(f"{name} holds {bad} NaN or inf value(s); every input must be finite.")
     return x
