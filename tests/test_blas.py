@@ -116,3 +116,34 @@ def test_matmul_allocates_out_when_none_is_given_and_takes_transposed_views():
     C = blas.matmul(A, B.T)
     assert C.shape == (5, 6) and C.dtype == np.float32
     _close(C, A @ B.T, np.float32)
+
+
+_RUN = '''
+import numpy as np
+from harness.kernels import rnn
+rng = np.random.default_rng(0)
+X = rng.normal(size=(2, 5, 3))
+W_xh, W_hh, b = rng.normal(size=(4, 3)), rng.normal(size=(4, 4)) * 0.3, rng.normal(size=4)
+H = rnn.forward(X, W_xh, W_hh, b)
+g = rnn.backward(X, H, W_xh, W_hh, np.ones_like(H))
+print(repr(float(np.abs(H).sum())), repr(float(sum(np.abs(a).sum() for a in g))))
+'''
+
+
+def test_the_kernels_and_dots_helpers_load_from_the_cache_and_run(tmp_path):
+    # two processes on one fresh Numba cache: the first compiles the batched float64 RNN, and
+    # with it dot's helpers, the second loads them from the cache. A helper that called itself
+    # (for a column-major out) came back from the cache calling address 0: the second process
+    # died of SIGSEGV.
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "run.py").write_text(_RUN)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    outs = []
+    for stage in ("compile", "load"):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py")],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (stage, done.returncode, done.stderr[-2000:])
+        outs.append(done.stdout)
+    assert outs[0] == outs[1]

@@ -63,32 +63,32 @@ def _register():
 
 LIBRARY = _register()     # the library ``dot`` calls; None: Numba's np.dot (SciPy's BLAS)
 
-_i32, _i64, _ptr = types.int32, types.int64, types.voidptr
+_i32, _i64 = types.int32, types.int64
 
 
 def _gemm_fn(name, real):
-    # (order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
+    # (order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); the pointers as
+    # 64-bit integers (the same registers in the x86-64 and AArch64 C calling conventions),
+    # so that the helpers below take scalars only: one compiled version each per dtype
     return types.ExternalFunction(f"harness_cblas_{name}", types.void(
-        _i32, _i32, _i32, _i64, _i64, _i64, real, _ptr, _i64, _ptr, _i64, real, _ptr, _i64))
+        _i32, _i32, _i32, _i64, _i64, _i64, real, _i64, _i64, _i64, _i64, real, _i64, _i64))
 
 
 def _gemv_fn(name, real):
     # (order, trans, M, N, alpha, A, lda, x, incx, beta, y, incy)
     return types.ExternalFunction(f"harness_cblas_{name}", types.void(
-        _i32, _i32, _i64, _i64, real, _ptr, _i64, _ptr, _i64, real, _ptr, _i64))
+        _i32, _i32, _i64, _i64, real, _i64, _i64, _i64, _i64, real, _i64, _i64))
 
 
-_FNS = {types.float32: (_gemm_fn("sgemm", types.float32), _gemv_fn("sgemv", types.float32)),
-        types.float64: (_gemm_fn("dgemm", types.float64), _gemv_fn("dgemv", types.float64))}
+_sgemm, _dgemm = _gemm_fn("sgemm", types.float32), _gemm_fn("dgemm", types.float64)
+_sgemv, _dgemv = _gemv_fn("sgemv", types.float32), _gemv_fn("dgemv", types.float64)
 
 
 @njit(cache=True)
-def _layout(M):
-    # A 2-D operand as CBLAS sees it, row-major: (transposed, leading dimension), or (-1, 0)
-    # when neither its rows nor its columns are contiguous. A dimension of length 1 has a stride
-    # that means nothing, so it never decides.
-    r, c = M.shape
-    s0, s1 = M.strides[0] // M.itemsize, M.strides[1] // M.itemsize
+def _layout(r, c, s0, s1):
+    # An (r, c) operand with element strides (s0, s1) as CBLAS sees it, row-major:
+    # (transposed, leading dimension), or (-1, 0) when neither its rows nor its columns are
+    # contiguous. A dimension of length 1 has a stride that means nothing, so it never decides.
     if c == 1 or s1 == 1:
         if r == 1:
             return _NO_TRANS, max(c, 1)
@@ -102,26 +102,80 @@ def _layout(M):
     return -1, 0
 
 
+# The products themselves, on pointers and element strides: scalars only, so each is compiled
+# once per dtype however many array types call ``dot`` (compiling a copy per array type, and
+# a copying branch for operands that never need one, made the RNN's and GRU's first
+# compilation 78 s against 39). Return False where an operand has neither contiguous rows nor
+# contiguous columns (the caller copies it; out is never copied). None calls itself: a
+# self-recursive helper, compiled with a cached kernel, came back from Numba's cache calling
+# address 0 (tests/test_blas.py).
+
+@njit(cache=True)
+def _gemm_f32(m, n, k, a, ar, ac, a0, a1, b, br, bc, b0, b1, c, c0, c1):
+    tc, ldc = _layout(m, n, c0, c1)
+    if tc == _TRANS:                       # a column-major out: out^T = B^T A^T, row-major
+        m, n, a, ar, ac, a0, a1, b, br, bc, b0, b1 = n, m, b, bc, br, b1, b0, a, ac, ar, a1, a0
+        tc, ldc = _layout(m, n, c1, c0)
+    ta, lda = _layout(ar, ac, a0, a1)
+    tb, ldb = _layout(br, bc, b0, b1)
+    if ta < 0 or tb < 0 or tc < 0:
+        return False
+    _sgemm(_ROW_MAJOR, ta, tb, m, n, k, np.float32(1.0), a, lda, b, ldb, np.float32(0.0), c, ldc)
+    return True
+
+
+@njit(cache=True)
+def _gemm_f64(m, n, k, a, ar, ac, a0, a1, b, br, bc, b0, b1, c, c0, c1):
+    tc, ldc = _layout(m, n, c0, c1)
+    if tc == _TRANS:
+        m, n, a, ar, ac, a0, a1, b, br, bc, b0, b1 = n, m, b, bc, br, b1, b0, a, ac, ar, a1, a0
+        tc, ldc = _layout(m, n, c1, c0)
+    ta, lda = _layout(ar, ac, a0, a1)
+    tb, ldb = _layout(br, bc, b0, b1)
+    if ta < 0 or tb < 0 or tc < 0:
+        return False
+    _dgemm(_ROW_MAJOR, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc)
+    return True
+
+
+@njit(cache=True)
+def _gemv_f32(left, m, mr, mc, m0, m1, x, incx, y, incy, n_in, n_out):
+    # y = M x, or M^T x when left (x @ M); CBLAS sees M row-major as (r, c) when tm is
+    # NO_TRANS, else as its transpose (c, r)
+    tm, ldm = _layout(mr, mc, m0, m1)
+    if tm < 0:
+        return False
+    rows, cols = (mr, mc) if tm == _NO_TRANS else (mc, mr)
+    trans = _NO_TRANS if (tm == _NO_TRANS) != left else _TRANS
+    _sgemv(_ROW_MAJOR, trans, rows, cols, np.float32(1.0), m, ldm, x,
+           incx if n_in > 1 else 1, np.float32(0.0), y, incy if n_out > 1 else 1)
+    return True
+
+
+@njit(cache=True)
+def _gemv_f64(left, m, mr, mc, m0, m1, x, incx, y, incy, n_in, n_out):
+    tm, ldm = _layout(mr, mc, m0, m1)
+    if tm < 0:
+        return False
+    rows, cols = (mr, mc) if tm == _NO_TRANS else (mc, mr)
+    trans = _NO_TRANS if (tm == _NO_TRANS) != left else _TRANS
+    _dgemv(_ROW_MAJOR, trans, rows, cols, 1.0, m, ldm, x,
+           incx if n_in > 1 else 1, 0.0, y, incy if n_out > 1 else 1)
+    return True
+
+
+_FNS = {types.float32: (_gemm_f32, _gemv_f32), types.float64: (_gemm_f64, _gemv_f64)}
+
+
 def dot(A, B, out):
     """out[...] = A @ B, as ``np.dot(A, B, out)``: (m, k) @ (k, n), (m, n) @ (n,) or
     (m,) @ (m, n), float32 or float64, one dtype. Compiled code only (``numba.njit``)."""
     np.dot(A, B, out)
 
 
-def _gemm_impl(gemm, real):
-    @njit
-    def call(A, B, out, m, n, k, ldc):
-        # out (m, n), row-major with leading dimension ldc, = A (m, k) @ B (k, n)
-        ta, lda = _layout(A)
-        tb, ldb = _layout(B)
-        if ta < 0 or tb < 0:               # neither rows nor columns contiguous: a copy
-            Ac, Bc = np.ascontiguousarray(A), np.ascontiguousarray(B)
-            gemm(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, real(1.0), Ac.ctypes, max(k, 1),
-                 Bc.ctypes, max(n, 1), real(0.0), out.ctypes, ldc)
-            return
-        gemm(_ROW_MAJOR, ta, tb, m, n, k, real(1.0), A.ctypes, lda, B.ctypes, ldb,
-             real(0.0), out.ctypes, ldc)
-
+def _gemm_impl(gemm, copies):
+    # copies: whether A or B may have neither contiguous rows nor columns (an 'A' layout);
+    # the copying branch is left out where neither can, as it took 2/3 of the compile time
     def impl(A, B, out):
         m, k = A.shape
         n = B.shape[1]
@@ -132,37 +186,21 @@ def _gemm_impl(gemm, real):
         if k == 0:
             out.fill(0)
             return
-        tc, ldc = _layout(out)
-        if tc == _NO_TRANS:
-            call(A, B, out, m, n, k, ldc)
-        elif tc == _TRANS:                 # a column-major out: out^T = B^T A^T, row-major
-            call(B.T, A.T, out, n, m, k, ldc)
-        else:
-            raise ValueError("dot: out has neither contiguous rows nor contiguous columns")
+        i = A.itemsize
+        c = out.ctypes.data
+        c0, c1 = out.strides[0] // i, out.strides[1] // i
+        if gemm(m, n, k, A.ctypes.data, m, k, A.strides[0] // i, A.strides[1] // i,
+                B.ctypes.data, k, n, B.strides[0] // i, B.strides[1] // i, c, c0, c1):
+            return
+        if copies and _layout(m, n, c0, c1)[0] >= 0:
+            Ac, Bc = np.ascontiguousarray(A), np.ascontiguousarray(B)     # a copy of each
+            gemm(m, n, k, Ac.ctypes.data, m, k, k, 1, Bc.ctypes.data, k, n, n, 1, c, c0, c1)
+            return
+        raise ValueError("dot: out has neither contiguous rows nor contiguous columns")
     return impl
 
 
-def _gemv_impl(gemv, real, left):
-    @njit
-    def call(M, x, out, n_in, n_out):
-        r, c = M.shape
-        tm, ldm = _layout(M)
-        if tm < 0:
-            Mc = np.ascontiguousarray(M)
-            call_rows(Mc, x, out, r, c, _NO_TRANS, max(c, 1), n_in, n_out)
-        else:
-            call_rows(M, x, out, r, c, tm, ldm, n_in, n_out)
-
-    @njit
-    def call_rows(M, x, out, r, c, tm, ldm, n_in, n_out):
-        # CBLAS sees M row-major as (r, c) when tm is NO_TRANS, else as its transpose (c, r);
-        # y = M x, or M^T x when left (x @ M)
-        rows, cols = (r, c) if tm == _NO_TRANS else (c, r)
-        trans = _NO_TRANS if (tm == _NO_TRANS) != left else _TRANS
-        incx, incy = x.strides[0] // x.itemsize, out.strides[0] // out.itemsize
-        gemv(_ROW_MAJOR, trans, rows, cols, real(1.0), M.ctypes, ldm, x.ctypes,
-             incx if n_in > 1 else 1, real(0.0), out.ctypes, incy if n_out > 1 else 1)
-
+def _gemv_impl(gemv, left, copies):
     def impl(A, B, out):
         M, x = (B, A) if left else (A, B)
         r, c = M.shape
@@ -174,7 +212,17 @@ def _gemv_impl(gemv, real, left):
         if n_in == 0:
             out.fill(0)
             return
-        call(M, x, out, n_in, n_out)
+        i = M.itemsize
+        incx, incy = x.strides[0] // i, out.strides[0] // i
+        if gemv(left, M.ctypes.data, r, c, M.strides[0] // i, M.strides[1] // i,
+                x.ctypes.data, incx, out.ctypes.data, incy, n_in, n_out):
+            return
+        if copies:
+            Mc = np.ascontiguousarray(M)
+            gemv(left, Mc.ctypes.data, r, c, c, 1, x.ctypes.data, incx, out.ctypes.data, incy,
+                 n_in, n_out)
+            return
+        raise ValueError("dot: the matrix has neither contiguous rows nor contiguous columns")
     return impl
 
 
@@ -184,9 +232,9 @@ def _dot_overload(A, B, out):
         return lambda A, B, out: np.dot(A, B, out)
     gemm, gemv = _FNS[A.dtype]
     if A.ndim == 2 and B.ndim == 2 and out.ndim == 2:
-        return _gemm_impl(gemm, A.dtype)
+        return _gemm_impl(gemm, A.layout == "A" or B.layout == "A")
     if A.ndim + B.ndim == 3 and out.ndim == 1:
-        return _gemv_impl(gemv, A.dtype, A.ndim == 1)
+        return _gemv_impl(gemv, A.ndim == 1, (B if A.ndim == 1 else A).layout == "A")
     return lambda A, B, out: np.dot(A, B, out)
 
 
