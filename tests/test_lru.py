@@ -156,6 +156,10 @@ def test_the_one_pass_backward_matches_naive_over_several_blocks(prec, t):
     other = lru.backward(X, H, lam, B, dH, h, method="chunked", chunks=1)
     for a, b in zip(g, other):
         assert rel(a, b) <= TOL[prec]
+    # a real dH for the complex H (its imaginary part zero) goes through a converted copy
+    g = lru.backward(X, H, lam, B, dH.real.copy(), h)
+    _check_grads(g, naive.lru_backward(X, lam, B, dH.real.astype(dH.dtype), h), X, lam, B, h,
+                 TOL[prec])
 
 
 def test_scan_multiplications_closed_form():
